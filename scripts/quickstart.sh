@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine to an image: installs packages,
+# builds, exports the built-in demo model and generates one image with it.
+# Usage: scripts/quickstart.sh ["prompt"] [more sd-txt2img flags]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+prompt="${1:-a red circle on a blue background}"
+shift || true
+build/sd-txt2img --prompt "$prompt" --H 64 --W 64 --outdir outputs/quickstart "$@"

@@ -1,0 +1,13 @@
+// Errors the user can fix (bad flags, missing or corrupt files, sizes the model
+// cannot take). The CLI prints what() as one line and exits with status 1.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace sd {
+
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+}  // namespace sd

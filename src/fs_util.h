@@ -1,0 +1,25 @@
+// File output that never leaves partial files: everything is written to a
+// temporary name in the same folder and then renamed (or linked) into place.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace sd {
+
+// Writes data to path via a temporary file and rename(); replaces an existing file.
+// Throws sd::Error with a one-line message (e.g. folder missing, disk full).
+void write_file_atomic(const std::string& path, const void* data, size_t size);
+
+// Like write_file_atomic, but never replaces an existing file: returns false
+// (and leaves nothing behind) when path already exists.
+bool write_file_new(const std::string& path, const void* data, size_t size);
+
+// Creates the folder (and parents) if needed and checks that files can be
+// created in it. Throws sd::Error naming the folder otherwise.
+void ensure_writable_dir(const std::string& dir);
+
+bool file_exists(const std::string& path);
+bool is_directory(const std::string& path);
+std::string join_path(const std::string& dir, const std::string& name);
+
+}  // namespace sd

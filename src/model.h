@@ -1,0 +1,30 @@
+// Loading the exported TorchScript stages and choosing their attention strategy.
+#pragma once
+#include <string>
+
+#include <torch/script.h>
+
+namespace sd {
+
+enum class AttentionMode { Full = 0, PerHead = 1, Chunked = 2 };
+
+struct AttentionSetting {
+    AttentionMode mode = AttentionMode::PerHead;
+    int chunk = 256;  // query rows per chunk when mode == Chunked
+};
+
+// Parses "full", "per-head", "chunked" or "chunked:N"; throws sd::Error otherwise.
+AttentionSetting parse_attention(const std::string& text);
+
+// torch::jit::load with a one-line sd::Error naming the file when it is
+// missing, truncated or not a TorchScript module.
+torch::jit::Module load_stage(const std::string& path);
+
+// Sets the strategy on every attention module inside m (the int attributes
+// attention_mode / attention_chunk of docs/model-format.md).
+void set_attention(torch::jit::Module& m, const AttentionSetting& a);
+
+// The first line of a LibTorch error, without its C++ backtrace.
+std::string short_message(const c10::Error& e);
+
+}  // namespace sd

@@ -1,0 +1,30 @@
+// model.json of an exported model directory (see docs/model-format.md).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace sd {
+
+struct ModelConfig {
+    std::string dir;
+    std::string family = "sd1";
+    std::string parameterization = "eps";
+    std::string dtype = "float32";
+    double scale_factor = 0.18215;
+    int latent_channels = 4;
+    int downsample_factor = 8;
+    int size_multiple = 64;
+    int context_length = 77;
+    int context_dim = 768;
+    int bos_id = 49406, eos_id = 49407, pad_id = 49407;
+    std::vector<float> alphas_cumprod;
+    std::string source;
+
+    std::string text_encoder_path, unet_path, vae_decoder_path, vocab_path, merges_path;
+};
+
+// Reads DIR/model.json and checks that every file it names exists.
+// Throws sd::Error with a one-line message naming what is missing or wrong.
+ModelConfig load_model_config(const std::string& dir);
+
+}  // namespace sd

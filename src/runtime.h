@@ -1,0 +1,18 @@
+// Process-wide settings for LibTorch on this machine: threads and denormals.
+#pragma once
+
+namespace sd {
+
+// Sets LibTorch's intra-op threads and OpenBLAS's threads (LibTorch does not
+// forward its setting to OpenBLAS) and flushes denormals (random-weight and
+// real models both produce them late in sampling, where they cost 10-100x).
+// threads <= 0 means one per core.
+void configure_runtime(int threads);
+
+// Peak resident set size of this process so far, in bytes (from /proc).
+long long peak_rss_bytes();
+
+// Current resident set size in bytes.
+long long current_rss_bytes();
+
+}  // namespace sd

@@ -1,0 +1,318 @@
+// sd-txt2img end to end: the reference runs, --tokenize, and bad input.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "image_io.h"
+#include "npy.h"
+#include "test_util.h"
+
+using nlohmann::json;
+using sdtest::run;
+
+namespace {
+
+std::string case_dir(const std::string& name) { return sdtest::fixtures() + "/tiny/cases/" + name; }
+
+json read_json(const std::string& path) { return json::parse(sdtest::read_text(path)); }
+
+// The CLI arguments equivalent to a reference case's args.json.
+std::vector<std::string> case_args(const json& a, const std::string& model, const std::string& outdir) {
+    std::vector<std::string> v = {sdtest::cli(), "--model", model, "--outdir", outdir, "--quiet",
+                                  "--seed", std::to_string(a["seed"].get<long long>()),
+                                  "--H", std::to_string(a["H"].get<int>()), "--W", std::to_string(a["W"].get<int>()),
+                                  "--steps", std::to_string(a["steps_requested"].get<int>()),
+                                  "--sampler", a["sampler"].get<std::string>(),
+                                  "--scale", std::to_string(a["scale"].get<double>()),
+                                  "--n_samples", std::to_string(a["n_samples"].get<int>())};
+    const auto& prompts = a["prompts"];
+    bool same = true;
+    for (const auto& p : prompts) same = same && p == prompts[0];
+    if (same) {
+        v.insert(v.end(), {"--prompt", prompts[0].get<std::string>()});
+    } else {
+        std::string file = outdir + "-prompts.jsonl", text;
+        for (const auto& p : prompts) text += json{{"prompt", p}}.dump() + "\n";
+        sdtest::write_text(file, text);
+        v.insert(v.end(), {"--from-file", file});
+    }
+    return v;
+}
+
+struct Conformance : ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+}  // namespace
+
+// Each reference case, through the CLI, for both exports and both attention strategies.
+TEST_P(Conformance, MatchesReferenceRun) {
+    const auto& [name, model, attention] = GetParam();
+    const json a = read_json(case_dir(name) + "/args.json");
+    const std::string out = sdtest::temp_dir();
+    auto args = case_args(a, sdtest::test_models() + "/" + model, out + "/img");
+    args.insert(args.end(), {"--attention", attention, "--save-latents", out + "/latents.npy", "--threads", "2"});
+    auto r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+
+    auto ref = sd::read_npy(case_dir(name) + "/latents.npy");
+    auto got = sd::read_npy(out + "/latents.npy");
+    ASSERT_EQ(got.shape, ref.shape);
+    double ref_max = 0, diff = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+        ref_max = std::max(ref_max, std::fabs(double(ref.as<float>()[i])));
+        diff = std::max(diff, std::fabs(double(ref.as<float>()[i]) - got.as<float>()[i]));
+    }
+    EXPECT_LE(diff, 1e-4 * ref_max) << "latents max abs diff " << diff << " (max |ref| " << ref_max << ")";
+
+    auto paths = sdtest::lines(r.out);
+    auto image = sd::read_npy(case_dir(name) + "/image.npy");  // [n, H, W, 3] uint8
+    ASSERT_EQ(static_cast<int64_t>(paths.size()), image.shape[0]) << r.out;
+    const int64_t per = image.numel() / image.shape[0];
+    for (size_t i = 0; i < paths.size(); ++i) {
+        auto img = sd::read_png(paths[i]);
+        ASSERT_EQ(img.height, image.shape[1]);
+        ASSERT_EQ(img.width, image.shape[2]);
+        int max_diff = 0;
+        int64_t differing = 0;
+        for (int64_t k = 0; k < per; ++k) {
+            int d = std::abs(int(img.rgb[k]) - int(image.as<uint8_t>()[i * per + k]));
+            max_diff = std::max(max_diff, d);
+            differing += d > 0;
+        }
+        EXPECT_LE(max_diff, 1) << paths[i];
+        EXPECT_LE(differing, per / 1000) << paths[i];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyCases, Conformance,
+    ::testing::Combine(::testing::Values("p1_plms50_64x64", "p2_plms10_64x96", "p3_ddim10_64x64", "p4_plms10_batch2_64x64"),
+                       ::testing::Values("tiny-st", "tiny-ckpt"), ::testing::Values("per-head", "full")),
+    [](const auto& info) {
+        std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+        for (auto& ch : s)
+            if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+        return s;
+    });
+
+// Every tokenizer case of the fixtures through --tokenize (HF semantics: ids_hf where given).
+TEST(Tokenize, AllFixtureCasesExactThroughCli) {
+    const std::string cases_path = sdtest::env("SD_SOURCE_DIR") + "/tests/fixtures/tokenizer/cases.jsonl";
+    std::vector<json> cases;
+    for (const auto& l : sdtest::lines(sdtest::read_text(cases_path)))
+        if (!l.empty()) cases.push_back(json::parse(l));
+    ASSERT_GT(cases.size(), 200u);
+    std::string prompts;
+    for (const auto& c : cases) prompts += json{{"prompt", c["prompt"]}}.dump() + "\n";
+    const std::string file = sdtest::temp_dir() + "/prompts.jsonl";
+    sdtest::write_text(file, prompts);
+    auto r = run({sdtest::cli(), "--tokenize", "--from-file", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto out = sdtest::lines(r.out);
+    ASSERT_EQ(out.size(), cases.size());
+    std::map<std::string, std::pair<int, int>> by_flag;  // flag -> (passed, total)
+    int failed = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const auto& c = cases[i];
+        json expected = c.contains("ids_hf") ? c["ids_hf"] : c["ids"];
+        bool ok = json::parse(out[i]) == expected;
+        failed += !ok;
+        EXPECT_TRUE(ok) << "prompt " << c["prompt"].dump() << "\n got " << out[i] << "\n want " << expected.dump();
+        for (const auto& f : c["flags"]) {
+            by_flag[f.get<std::string>()].second++;
+            by_flag[f.get<std::string>()].first += ok;
+        }
+    }
+    for (const auto& [flag, pt] : by_flag) std::cerr << "flag " << flag << ": " << pt.first << "/" << pt.second << " exact\n";
+    std::cerr << "all: " << cases.size() - failed << "/" << cases.size() << " exact\n";
+}
+
+TEST(Tokenize, PromptOptionPrintsOneLineOf77Ids) {
+    auto r = run({sdtest::cli(), "--tokenize", "--prompt", ""});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json ids = json::parse(r.out);
+    ASSERT_EQ(ids.size(), 77u);
+    EXPECT_EQ(ids[0], 49406);
+    for (size_t i = 1; i < 77; ++i) EXPECT_EQ(ids[i], 49407);
+}
+
+// ---- bad input: one clear line on stderr, non-zero exit, no crash ----
+
+namespace {
+
+void expect_clean_failure(const sdtest::CmdResult& r, const std::string& must_mention) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_LT(r.exit_code, 128) << "killed by a signal";
+    auto err_lines = sdtest::lines(r.err);
+    EXPECT_EQ(err_lines.size(), 1u) << "stderr:\n" << r.err;
+    EXPECT_NE(r.err.find(must_mention), std::string::npos) << "stderr should mention '" << must_mention << "':\n" << r.err;
+    for (const char* bad : {"terminate called", "Traceback", "Exception raised from", "Segmentation"})
+        EXPECT_EQ(r.err.find(bad), std::string::npos) << r.err;
+}
+
+std::vector<std::string> base_args(const std::string& model, const std::string& outdir) {
+    return {sdtest::cli(), "--model", model, "--outdir", outdir, "--quiet", "--H", "64", "--W", "64", "--steps", "2",
+            "--prompt", "a cat"};
+}
+
+// A copy of the exported tiny model that a test may damage.
+std::string model_copy() {
+    const std::string dir = sdtest::temp_dir() + "/model";
+    std::filesystem::copy(sdtest::test_models() + "/tiny-st", dir, std::filesystem::copy_options::recursive);
+    return dir;
+}
+
+std::string good_model() { return sdtest::test_models() + "/tiny-st"; }
+
+}  // namespace
+
+TEST(BadInput, MissingModelFolder) {
+    expect_clean_failure(run(base_args("/nonexistent/model", sdtest::temp_dir())), "/nonexistent/model");
+}
+
+TEST(BadInput, MissingModelFile) {
+    auto m = model_copy();
+    std::filesystem::remove(m + "/unet.pt");
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "unet.pt");
+}
+
+TEST(BadInput, TruncatedTorchScriptFile) {
+    auto m = model_copy();
+    std::filesystem::resize_file(m + "/unet.pt", std::filesystem::file_size(m + "/unet.pt") / 2);
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "unet.pt");
+}
+
+TEST(BadInput, GarbageTorchScriptFile) {
+    auto m = model_copy();
+    sdtest::write_text(m + "/vae_decoder.pt", std::string(5000, '\x7f'));
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "vae_decoder.pt");
+}
+
+TEST(BadInput, GarbageModelJson) {
+    auto m = model_copy();
+    sdtest::write_text(m + "/model.json", "{\"format\": 1, \"scale_factor\": ");
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "model.json");
+}
+
+TEST(BadInput, GarbageVocab) {
+    auto m = model_copy();
+    sdtest::write_text(m + "/vocab.json", "\x01\x02 not json");
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "vocab.json");
+}
+
+TEST(BadInput, HeightNotAMultipleOfTheModelsSize) {
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.insert(args.end(), {"--H", "72"});
+    expect_clean_failure(run(args), "72");
+}
+
+TEST(BadInput, WidthZero) {
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.insert(args.end(), {"--W", "0"});
+    expect_clean_failure(run(args), "--W");
+}
+
+TEST(BadInput, StepsBelowOne) {
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.insert(args.end(), {"--steps", "0"});
+    expect_clean_failure(run(args), "steps");
+}
+
+TEST(BadInput, UnknownSampler) {
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.insert(args.end(), {"--sampler", "heun9"});
+    expect_clean_failure(run(args), "heun9");
+}
+
+TEST(BadInput, UnknownFlag) {
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.push_back("--no-such-flag");
+    expect_clean_failure(run(args), "--no-such-flag");
+}
+
+TEST(BadInput, UnknownAttentionStrategy) {
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.insert(args.end(), {"--attention", "sideways"});
+    expect_clean_failure(run(args), "sideways");
+}
+
+TEST(BadInput, MissingPromptFile) {
+    std::vector<std::string> args = {sdtest::cli(), "--model", good_model(), "--from-file", "/nonexistent/prompts.txt"};
+    expect_clean_failure(run(args), "/nonexistent/prompts.txt");
+}
+
+TEST(BadInput, PromptFileIsAFolder) {
+    const std::string dir = sdtest::temp_dir();
+    std::vector<std::string> args = {sdtest::cli(), "--model", good_model(), "--from-file", dir};
+    expect_clean_failure(run(args), dir);
+}
+
+TEST(BadInput, EmptyPromptFile) {
+    const std::string file = sdtest::temp_dir() + "/empty.txt";
+    sdtest::write_text(file, "\n# only a comment\n\n");
+    expect_clean_failure(run({sdtest::cli(), "--model", good_model(), "--from-file", file}), "no prompts");
+}
+
+TEST(BadInput, MalformedJsonlNamesFileAndLine) {
+    const std::string file = sdtest::temp_dir() + "/p.jsonl";
+    sdtest::write_text(file, "{\"prompt\": \"ok\"}\n{\"prompt\": \n");
+    expect_clean_failure(run({sdtest::cli(), "--model", good_model(), "--from-file", file}), "p.jsonl:2");
+}
+
+TEST(BadInput, OutdirIsAFile) {
+    const std::string file = sdtest::temp_dir() + "/a-file";
+    sdtest::write_text(file, "x");
+    expect_clean_failure(run(base_args(good_model(), file)), "a-file");
+}
+
+TEST(BadInput, OutdirBelowAFile) {
+    const std::string file = sdtest::temp_dir() + "/a-file";
+    sdtest::write_text(file, "x");
+    expect_clean_failure(run(base_args(good_model(), file + "/sub")), "a-file/sub");
+}
+
+TEST(BadInput, OutdirNotWritable) {
+    // /proc refuses new files even to root, unlike a chmod-ed folder.
+    expect_clean_failure(run(base_args(good_model(), "/proc/sd-txt2img-test")), "/proc/sd-txt2img-test");
+}
+
+TEST(BadInput, NoPromptAtAll) {
+    expect_clean_failure(run({sdtest::cli(), "--model", good_model()}), "prompt");
+}
+
+// ---- output behaviour ----
+
+TEST(Output, NamesContinueAndNeverOverwrite) {
+    const std::string out = sdtest::temp_dir();
+    sdtest::write_text(out + "/00003.png", "not mine");
+    auto r = run(base_args(good_model(), out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, out + "/00004.png\n");
+    EXPECT_EQ(sdtest::read_text(out + "/00003.png"), "not mine");
+    auto r2 = run(base_args(good_model(), out));
+    EXPECT_EQ(r2.out, out + "/00005.png\n");
+    // nothing but the images is left behind (no temporary files)
+    int files = 0;
+    for (auto& e : std::filesystem::directory_iterator(out)) files += e.is_regular_file();
+    EXPECT_EQ(files, 3);
+}
+
+TEST(Output, FileOfTwoPromptsWithTwoSamplesIsOneBatch) {
+    // Two different prompts in one batch and the same two as separate runs with
+    // the same seed must differ for the second image only by its prompt and noise;
+    // here we check the batching itself: 2 prompts x n_iter 2 = 4 images.
+    const std::string dir = sdtest::temp_dir();
+    sdtest::write_text(dir + "/p.txt", "a red fox\r\n\n# comment\na blue bird\n");
+    auto r = run({sdtest::cli(), "--model", good_model(), "--outdir", dir + "/out", "--quiet", "--H", "64", "--W", "64",
+                  "--steps", "2", "--from-file", dir + "/p.txt", "--n_samples", "2", "--n_iter", "2",
+                  "--save-latents", dir + "/l.npy"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(sdtest::lines(r.out).size(), 4u);
+    auto l = sd::read_npy(dir + "/l.npy");
+    EXPECT_EQ(l.shape, (std::vector<int64_t>{4, 4, 8, 8}));
+}

@@ -1,0 +1,154 @@
+// Each stage of the exported tiny model against the reference fixtures
+// (tests/fixtures/README.md gives the files and the pass criteria).
+#include <gtest/gtest.h>
+
+#include <torch/script.h>
+
+#include "model.h"
+#include "npy.h"
+#include "samplers.h"
+#include "schedule.h"
+#include "test_util.h"
+
+namespace {
+
+const std::vector<std::string> kCases = {"p1_plms50_64x64", "p2_plms10_64x96", "p3_ddim10_64x64", "p4_plms10_batch2_64x64"};
+
+at::Tensor load(const std::string& case_name, const std::string& file) {
+    auto a = sd::read_npy(sdtest::fixtures() + "/tiny/cases/" + case_name + "/" + file);
+    auto dtype = a.dtype == "<f4" ? at::kFloat : a.dtype == "<i8" ? at::kLong : at::kByte;
+    return at::from_blob(a.data.data(), a.shape, dtype).clone();
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+    EXPECT_EQ(a.sizes(), b.sizes());
+    return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+torch::jit::Module stage(const std::string& name) { return sd::load_stage(sdtest::test_models() + "/tiny-st/" + name); }
+
+const std::vector<std::string> kAttention = {"full", "per-head", "chunked:16", "chunked:5"};
+
+}  // namespace
+
+TEST(Stages, StartNoiseMatchesReferenceGenerator) {
+    for (const auto& c : kCases) {
+        auto ref = load(c, "start_noise.npy");
+        const int64_t seed = c == kCases[0] ? 42 : c == kCases[1] ? 1234 : c == kCases[2] ? 7 : 2024;
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+        auto x = at::randn(ref.sizes(), gen);
+        EXPECT_TRUE(at::equal(x, ref)) << c;
+    }
+}
+
+TEST(Stages, TextEncoderMatchesCondAndUncond) {
+    c10::InferenceMode guard;
+    auto te = stage("text_encoder.pt");
+    for (const auto& c : kCases) {
+        auto cond = te.forward({load(c, "tokens.npy")}).toTensor();
+        auto uncond = te.forward({load(c, "uncond_tokens.npy")}).toTensor();
+        EXPECT_LE(max_abs_diff(cond, load(c, "cond.npy")), 1e-4) << c;
+        EXPECT_LE(max_abs_diff(uncond, load(c, "uncond.npy")), 1e-4) << c;
+    }
+}
+
+TEST(Stages, UnetMatchesEveryCallInEveryAttentionMode) {
+    c10::InferenceMode guard;
+    auto unet = stage("unet.pt");
+    for (const auto& attention : kAttention) {
+        sd::set_attention(unet, sd::parse_attention(attention));
+        for (const auto& c : kCases) {
+            auto xs = load(c, "unet_x.npy"), ts = load(c, "unet_t.npy"), outs = load(c, "unet_out.npy");
+            auto ctx = load(c, "unet_context.npy");
+            const int64_t K = xs.size(0);
+            for (int64_t k : {int64_t(0), K / 2, K - 1}) {
+                auto out = unet.forward({xs[k], ts[k], ctx}).toTensor();
+                EXPECT_LE(max_abs_diff(out, outs[k]), 2e-4) << c << " call " << k << " attention " << attention;
+            }
+        }
+    }
+}
+
+TEST(Stages, VaeDecoderMatchesDecodedInEveryAttentionMode) {
+    c10::InferenceMode guard;
+    auto vae = stage("vae_decoder.pt");
+    for (const auto& attention : kAttention) {
+        sd::set_attention(vae, sd::parse_attention(attention));
+        for (const auto& c : kCases) {
+            auto decoded = vae.forward({load(c, "latents.npy") * (1.0 / 0.18215)}).toTensor();
+            EXPECT_LE(max_abs_diff(decoded, load(c, "decoded.npy")), 1e-3) << c << " attention " << attention;
+            // uint8 by truncation, as txt2img
+            auto img = (255.0 * at::clamp((decoded + 1.0) / 2.0, 0.0, 1.0)).to(at::kByte).permute({0, 2, 3, 1});
+            auto diff = (img.to(at::kInt) - load(c, "image.npy").to(at::kInt)).abs();
+            EXPECT_LE(diff.max().item<int>(), 1) << c;
+            EXPECT_LE(diff.gt(0).sum().item<int64_t>(), diff.numel() / 1000) << c;
+        }
+    }
+}
+
+// The sampler alone: replay the reference UNet outputs in call order and check
+// that the sampler asks for the same (x, t) and walks the same steps.
+TEST(Stages, SamplerStepsReplayingReferenceUnet) {
+    c10::InferenceMode guard;
+    for (const auto& c : kCases) {
+        auto xs = load(c, "unet_x.npy"), ts = load(c, "unet_t.npy"), outs = load(c, "unet_out.npy");
+        auto steps_x = load(c, "steps_x.npy"), steps_x0 = load(c, "steps_pred_x0.npy");
+        auto noise = load(c, "start_noise.npy");
+        const std::string sampler = c.find("ddim") != std::string::npos ? "ddim" : "plms";
+        const int64_t n = noise.size(0);
+        int64_t k = 0;
+        sd::EpsFn eps = [&](const at::Tensor& x, const at::Tensor& t) {
+            EXPECT_LT(k, xs.size(0));
+            EXPECT_LE(max_abs_diff(x, xs[k].slice(0, 0, n)), 1e-4 * xs[k].abs().max().item<double>() + 1e-6) << c << " call " << k;
+            EXPECT_TRUE(at::equal(t, ts[k].slice(0, 0, n))) << c << " call " << k;
+            auto parts = outs[k].chunk(2);
+            ++k;
+            return parts[0] + 7.5 * (parts[1] - parts[0]);
+        };
+        const double tol = 1e-4 * steps_x.abs().max().item<double>();
+        sd::StepFn on_step = [&](int i, int, const at::Tensor& x, const at::Tensor& x0) {
+            EXPECT_LE(max_abs_diff(x, steps_x[i]), tol) << c << " step " << i;
+            EXPECT_LE(max_abs_diff(x0, steps_x0[i]), 1e-4 * steps_x0.abs().max().item<double>()) << c << " step " << i;
+        };
+        const int requested = static_cast<int>(steps_x.size(0));
+        std::vector<float> ac;
+        {
+            // alphas_cumprod as the exported model.json holds them
+            auto j = sdtest::read_text(sdtest::test_models() + "/tiny-st/model.json");
+            auto pos = j.find("\"alphas_cumprod\"");
+            ASSERT_NE(pos, std::string::npos);
+            pos = j.find('[', pos);
+            auto end = j.find(']', pos);
+            std::stringstream ss(j.substr(pos + 1, end - pos - 1));
+            std::string item;
+            while (std::getline(ss, item, ',')) ac.push_back(std::stof(item));
+        }
+        ASSERT_EQ(ac.size(), 1000u);
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+        auto latents = sd::sample(sampler, eps, noise, ac, requested, gen, on_step);
+        EXPECT_EQ(k, xs.size(0)) << c << ": number of UNet calls";
+        EXPECT_LE(max_abs_diff(latents, load(c, "latents.npy")), 1e-4 * load(c, "latents.npy").abs().max().item<double>()) << c;
+    }
+}
+
+TEST(Stages, TimestepsIncludeTheExtraStep) {
+    auto ts = sd::compvis_timesteps(30, 1000);
+    EXPECT_EQ(ts.size(), 31u);
+    EXPECT_EQ(ts.front(), 1);
+    EXPECT_EQ(ts.back(), 991);
+    auto t50 = sd::compvis_timesteps(50, 1000);
+    EXPECT_EQ(t50.size(), 50u);
+    EXPECT_EQ(t50.back(), 981);
+}
+
+TEST(Stages, CorruptStageFileIsAClearError) {
+    const std::string dir = sdtest::temp_dir();
+    sdtest::write_text(dir + "/garbage.pt", "this is not a zip archive");
+    try {
+        sd::load_stage(dir + "/garbage.pt");
+        FAIL() << "no error";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("garbage.pt"), std::string::npos);
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+}

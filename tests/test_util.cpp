@@ -1,0 +1,98 @@
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace sdtest {
+
+std::string env(const char* name) {
+    const char* v = std::getenv(name);
+    if (!v) throw std::runtime_error(std::string("environment variable ") + name + " is not set (run the tests through ctest)");
+    return v;
+}
+
+std::string fixtures() { return env("SD_FIXTURES"); }
+std::string test_models() { return env("SD_TEST_MODELS"); }
+std::string cli() { return env("SD_TXT2IMG"); }
+
+namespace {
+struct TempRoot {
+    std::string path;
+    TempRoot() {
+        char tmpl[] = "/tmp/sd-test-XXXXXX";
+        path = mkdtemp(tmpl);
+    }
+    ~TempRoot() {
+        std::error_code ec;
+        std::filesystem::permissions(path, std::filesystem::perms::all, ec);
+        std::filesystem::remove_all(path, ec);
+    }
+};
+TempRoot& root() {
+    static TempRoot r;
+    return r;
+}
+}  // namespace
+
+std::string temp_dir() {
+    static int n = 0;
+    std::string p = root().path + "/t" + std::to_string(n++);
+    std::filesystem::create_directories(p);
+    return p;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> v;
+    std::istringstream in(text);
+    std::string l;
+    while (std::getline(in, l)) v.push_back(l);
+    return v;
+}
+
+CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_text) {
+    const std::string dir = temp_dir();
+    const std::string in_path = dir + "/stdin", out_path = dir + "/stdout", err_path = dir + "/stderr";
+    write_text(in_path, stdin_text);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int in = open(in_path.c_str(), O_RDONLY);
+        int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CmdResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = read_text(out_path);
+    r.err = read_text(err_path);
+    return r;
+}
+
+}  // namespace sdtest

@@ -1,0 +1,29 @@
+// Helpers shared by the tests: paths from the environment CTest sets, running
+// the CLI, temporary folders.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace sdtest {
+
+std::string env(const char* name);  // fails the test run if unset
+std::string fixtures();             // tests/fixtures
+std::string test_models();          // build/test-models (tiny-st, tiny-ckpt)
+std::string cli();                  // path of the sd-txt2img binary
+
+struct CmdResult {
+    int exit_code = -1;
+    std::string out, err;
+};
+
+// Runs argv (no shell) with stdout/stderr captured; optional stdin text.
+CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_text = "");
+
+// A fresh temporary folder, removed at process exit.
+std::string temp_dir();
+
+std::string read_text(const std::string& path);
+void write_text(const std::string& path, const std::string& text);
+std::vector<std::string> lines(const std::string& text);
+
+}  // namespace sdtest
