@@ -40,6 +40,8 @@ void print_tokens(const sd::ClipTokenizer& tok, const std::vector<std::string>& 
 
 int main(int argc, char** argv) {
     CLI::App app{"sd-txt2img: Stable Diffusion text to image on a modest machine"};
+    // A flag given twice takes its last value, as shell users expect when appending to a command.
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     std::string model_dir = SD_DEFAULT_MODEL_DIR;
     std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, attention = "per-head";
     std::string sampler = "plms";

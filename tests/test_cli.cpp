@@ -47,15 +47,13 @@ std::vector<std::string> case_args(const json& a, const std::string& model, cons
 
 struct Conformance : ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
 
-}  // namespace
-
-// Each reference case, through the CLI, for both exports and both attention strategies.
-TEST_P(Conformance, MatchesReferenceRun) {
-    const auto& [name, model, attention] = GetParam();
+// Runs a reference case through the CLI and checks latents and images against the README's criteria.
+void check_case(const std::string& name, const std::string& model, const std::vector<std::string>& extra) {
     const json a = read_json(case_dir(name) + "/args.json");
     const std::string out = sdtest::temp_dir();
     auto args = case_args(a, sdtest::test_models() + "/" + model, out + "/img");
-    args.insert(args.end(), {"--attention", attention, "--save-latents", out + "/latents.npy", "--threads", "2"});
+    args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
+    args.insert(args.end(), extra.begin(), extra.end());
     auto r = run(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
 
@@ -87,6 +85,20 @@ TEST_P(Conformance, MatchesReferenceRun) {
         EXPECT_LE(max_diff, 1) << paths[i];
         EXPECT_LE(differing, per / 1000) << paths[i];
     }
+}
+
+}  // namespace
+
+// Each reference case, through the CLI, for both exports and both attention strategies.
+// One thread: ctest runs two tests at a time on this two-core machine.
+TEST_P(Conformance, MatchesReferenceRun) {
+    const auto& [name, model, attention] = GetParam();
+    check_case(name, model, {"--attention", attention, "--threads", "1"});
+}
+
+// Two threads change the summation order; the fixtures' tolerance covers it.
+TEST(ConformanceThreads, TwoThreadsAndChunkedAttention) {
+    check_case("p4_plms10_batch2_64x64", "tiny-st", {"--attention", "chunked:7", "--threads", "2"});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -156,7 +168,7 @@ void expect_clean_failure(const sdtest::CmdResult& r, const std::string& must_me
 }
 
 std::vector<std::string> base_args(const std::string& model, const std::string& outdir) {
-    return {sdtest::cli(), "--model", model, "--outdir", outdir, "--quiet", "--H", "64", "--W", "64", "--steps", "2",
+    return {sdtest::cli(), "--model", model, "--outdir", outdir, "--quiet", "--threads", "1", "--H", "64", "--W", "64", "--steps", "2",
             "--prompt", "a cat"};
 }
 
@@ -309,7 +321,7 @@ TEST(Output, FileOfTwoPromptsWithTwoSamplesIsOneBatch) {
     const std::string dir = sdtest::temp_dir();
     sdtest::write_text(dir + "/p.txt", "a red fox\r\n\n# comment\na blue bird\n");
     auto r = run({sdtest::cli(), "--model", good_model(), "--outdir", dir + "/out", "--quiet", "--H", "64", "--W", "64",
-                  "--steps", "2", "--from-file", dir + "/p.txt", "--n_samples", "2", "--n_iter", "2",
+                  "--steps", "2", "--threads", "1", "--from-file", dir + "/p.txt", "--n_samples", "2", "--n_iter", "2",
                   "--save-latents", dir + "/l.npy"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(sdtest::lines(r.out).size(), 4u);

@@ -13,9 +13,16 @@
 namespace sdtest {
 
 std::string env(const char* name) {
-    const char* v = std::getenv(name);
-    if (!v) throw std::runtime_error(std::string("environment variable ") + name + " is not set (run the tests through ctest)");
-    return v;
+    if (const char* v = std::getenv(name)) return v;
+    // Defaults compiled in by tests/CMakeLists.txt; the environment may override them.
+    const std::string n = name;
+    if (n == "SD_TXT2IMG") return SD_TXT2IMG;
+    if (n == "SD_FIXTURES") return SD_FIXTURES;
+    if (n == "SD_SHARED_CONFORMANCE") return SD_SHARED_CONFORMANCE;
+    if (n == "SD_TEST_MODELS") return SD_TEST_MODELS;
+    if (n == "SD_SOURCE_DIR") return SD_SOURCE_DIR;
+    if (n == "SD_PYTHON") return SD_PYTHON;
+    throw std::runtime_error(std::string("unknown test setting ") + name);
 }
 
 std::string fixtures() { return env("SD_FIXTURES"); }
