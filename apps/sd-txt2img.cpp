@@ -1,8 +1,13 @@
-// sd-txt2img: flags in, images out. Paths of written images go to stdout one
-// per line; progress and messages go to stderr.
-// Exit status: 0 done, 1 usage or input error, 2 runtime failure.
+// sd-txt2img: flags in, images out. stdout carries only data, one line per
+// written image (its path, or a JSON object with --json); progress and
+// messages go to stderr.
+// Exit status: 0 done, 1 usage or input error, 2 runtime failure, 130 interrupted.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +16,7 @@
 
 #include "error.h"
 #include "fs_util.h"
+#include "progress.h"
 #include "prompts.h"
 #include "tokenizer.h"
 #include "txt2img.h"
@@ -24,6 +30,8 @@
 
 namespace {
 
+constexpr int kExitInterrupted = 130;
+
 int fail(int code, const std::string& message) {
     std::cerr << "sd-txt2img: error: " << message << "\n";
     return code;
@@ -36,6 +44,115 @@ void print_tokens(const sd::ClipTokenizer& tok, const std::vector<std::string>& 
     }
 }
 
+// SIGINT/SIGTERM only set this flag; the run checks it between sampler steps
+// and between images, so it stops without leaving a partial file. The handler
+// resets itself: a second Ctrl-C ends the process at once.
+volatile sig_atomic_t g_stop = 0;
+volatile sig_atomic_t g_bar_on_stderr = 0;  // start the message on a fresh line
+
+void on_stop_signal(int) {
+    g_stop = 1;
+    const char msg[] = "\nsd-txt2img: stopping after the current step (press Ctrl-C again to quit at once)\n";
+    const int skip = g_bar_on_stderr ? 0 : 1;
+    ssize_t ignored = ::write(2, msg + skip, sizeof msg - 1 - skip);
+    (void)ignored;
+}
+
+void install_stop_handlers() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+}
+
+// "K/N" -> shard; throws sd::Error otherwise.
+sd::Shard parse_shard(const std::string& text) {
+    sd::Shard s;
+    size_t slash = text.find('/');
+    try {
+        size_t used_k = 0, used_n = 0;
+        if (slash == std::string::npos) throw std::invalid_argument("no slash");
+        s.k = std::stoi(text.substr(0, slash), &used_k);
+        s.n = std::stoi(text.substr(slash + 1), &used_n);
+        if (used_k != slash || used_n != text.size() - slash - 1) throw std::invalid_argument("trailing text");
+    } catch (const std::logic_error&) {
+        throw sd::Error("--shard must be K/N (e.g. 0/4), got \"" + text + "\"");
+    }
+    if (s.n < 1 || s.k < 0 || s.k >= s.n) throw sd::Error("--shard " + text + ": need 0 <= K < N");
+    return s;
+}
+
+// The model's name for the metadata: its checkpoint's file name without extension, else the folder's name.
+std::string model_name(const sd::ModelConfig& cfg, const std::string& model_dir) {
+    std::string name = cfg.source;
+    if (name.empty()) {
+        name = model_dir;
+        while (name.size() > 1 && name.back() == '/') name.pop_back();
+    }
+    name = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
+    const size_t dot = name.find_last_of('.');
+    if (dot != std::string::npos && dot > 0) name.erase(dot);
+    return name;
+}
+
+nlohmann::ordered_json image_json(const sd::ImageRecord& r) {
+    const sd::PromptItem& item = *r.item;
+    nlohmann::ordered_json j;
+    j["path"] = r.path;
+    j["prompt"] = item.prompt;
+    j["negative_prompt"] = item.negative_prompt;
+    j["seed"] = r.seed;
+    j["seed_mode"] = sd::seed_mode_name(r.seed_mode);
+    j["index"] = r.index;
+    j["line"] = item.line > 0 ? nlohmann::ordered_json(item.line) : nlohmann::ordered_json(nullptr);
+    j["steps"] = item.settings.steps;
+    j["sampler"] = item.settings.sampler;
+    j["scale"] = item.settings.scale;
+    j["width"] = item.settings.width;
+    j["height"] = item.settings.height;
+    j["size"] = std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height);
+    j["model"] = r.model;
+    j["seconds"] = static_cast<double>(static_cast<long long>(r.seconds * 1000 + 0.5)) / 1000;
+    j["parameters"] = r.parameters;
+    return j;
+}
+
+// "auto" -> unset (the planner decides), "on" -> true, "off" -> false.
+std::optional<bool> parse_switch(const std::string& flag, const std::string& v) {
+    if (v == "auto") return std::nullopt;
+    if (v == "on") return true;
+    if (v == "off") return false;
+    throw sd::Error(flag + " takes auto, on or off, not '" + v + "'");
+}
+
+// --vae-tiling: auto (planner), off (0), on (tiles of 32 latent px = 256 px), or a tile edge.
+std::optional<int> parse_tiling(const std::string& v) {
+    if (v == "auto") return std::nullopt;
+    if (v == "off") return 0;
+    if (v == "on") return 32;
+    if (!v.empty() && v.size() < 6 && v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) >= 4)
+        return std::stoi(v);
+    throw sd::Error("--vae-tiling takes auto, on, off or a tile edge of at least 4 latent pixels, not '" + v + "'");
+}
+
+// Predicted vs measured peak per stage of the last batch (stderr).
+void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& job) {
+    const auto plan = pipeline.plan(job.settings, job.n_samples);
+    const auto& m = pipeline.measured();
+    std::cerr << plan.describe();
+    const double resident = plan.sequential ? 0 : plan.text.weights + plan.unet.weights + plan.vae.weights;
+    auto line = [&](const char* stage, const sd::StagePrediction& s, long long measured) {
+        const double predicted = plan.sequential ? s.total(plan.base) : plan.base + resident + s.activations + s.scores;
+        std::cerr << "  " << stage << " peak: predicted " << sd::format_size(predicted) << ", measured "
+                  << sd::format_size(static_cast<double>(measured)) << "\n";
+    };
+    line("text encoder", plan.text, m.text);
+    line("unet        ", plan.unet, m.unet);
+    line("vae decoder ", plan.vae, m.vae);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,28 +160,52 @@ int main(int argc, char** argv) {
     // A flag given twice takes its last value, as shell users expect when appending to a command.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     std::string model_dir = SD_DEFAULT_MODEL_DIR;
-    std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, attention = "per-head";
-    std::string sampler = "plms";
+    std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, attention = "auto";
+    std::string sampler = "plms", seed_mode = "compvis", shard;
     sd::Txt2ImgJob job;
-    bool plms = false, tokenize = false, quiet = false;
+    bool plms = false, tokenize = false, quiet = false, json = false;
     int threads = 0;
     long long seed = 42;
 
+    // ---- flags (all in this block) ----
     app.add_option("--model", model_dir, "exported model folder (scripts/export_model.py)");
     app.add_option("--prompt", prompt, "the prompt");
-    app.add_option("--from-file", from_file, "prompts from a file: one a line, or .jsonl with \"prompt\"; - for stdin");
+    app.add_option("--from-file", from_file,
+                   "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
+    app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
-    app.add_option("--seed", seed, "seed of the run's generator")->capture_default_str();
+    app.add_option("--seed", seed, "seed")->capture_default_str();
+    app.add_option("--seed-mode", seed_mode,
+                   "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
+        ->capture_default_str();
     app.add_option("--H", job.settings.height, "image height in pixels")->capture_default_str();
     app.add_option("--W", job.settings.width, "image width in pixels")->capture_default_str();
     app.add_option("--scale", job.settings.scale, "classifier-free guidance scale")->capture_default_str();
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
-    app.add_option("--sampler", sampler, "plms or ddim")->capture_default_str();
+    app.add_option("--sampler", sampler, "plms, ddim, euler, euler_a or dpmpp_2m")->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule, "sigmas of euler/euler_a/dpmpp_2m: default or karras")->capture_default_str();
     app.add_flag("--plms", plms, "same as --sampler plms (CompVis name)");
     app.add_option("--outdir", outdir, "output folder")->capture_default_str();
+    app.add_option("--name", job.name_pattern,
+                   "file name pattern with {index} {seed} {prompt} (default: 00000.png, ... after existing files)");
+    app.add_flag("--grid", job.grid, "also write a grid of the run's images (grid-0000.png)");
+    app.add_flag("--skip-existing", job.skip_existing, "resume: leave images whose file exists (needs --seed-mode per-image)");
+    app.add_option("--shard", shard, "K/N: only prompts number p with p % N == K (needs --seed-mode per-image)");
+    app.add_flag("--json", json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", save_latents, "write the run's final latents to this .npy file");
-    app.add_option("--attention", attention, "full, per-head or chunked[:N]")->capture_default_str();
+    // Memory: see README "Memory". Unset choices are left to the planner.
+    std::string max_memory, sequential_load = "auto", vae_tiling = "auto", precision = "fp32";
+    int batch_size = 0;
+    bool show_plan = false, verbose = false;
+    app.add_option("--attention", attention, "auto, full, per-head or chunked[:N]")->capture_default_str();
+    app.add_option("--max-memory", max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
+    app.add_option("--sequential-load", sequential_load, "auto, on (one stage in memory at a time) or off")->capture_default_str();
+    app.add_option("--batch-size", batch_size, "images per UNet pass (default: the planner decides)");
+    app.add_option("--vae-tiling", vae_tiling, "auto, on, off, or a tile edge in latent pixels")->capture_default_str();
+    app.add_option("--precision", precision, "compute precision: fp32 (fp16 and bf16 are refused on CPU)")->capture_default_str();
+    app.add_flag("--plan", show_plan, "print the memory plan (predicted peak of each stage) and exit");
+    app.add_flag("--verbose", verbose, "after the run, print predicted vs measured peak memory per stage");
     app.add_option("--threads", threads, "CPU threads (0: one per core)")->capture_default_str();
     app.add_flag("--tokenize", tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", quiet, "no progress on stderr");
@@ -79,28 +220,36 @@ int main(int argc, char** argv) {
         return fail(1, e.what());
     }
 
+    sd::ProgressDisplay progress(sd::ProgressDisplay::detect(quiet));
+    int written = 0;
     try {
-        if (!prompt.empty() && !from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
-        bool have_prompt = app.count("--prompt") > 0;
+        const bool have_prompt = app.count("--prompt") > 0;
+        if (have_prompt && !from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
         if (!from_file.empty()) {
-            for (auto& line : sd::read_prompt_file(from_file)) job.prompts.push_back(line.prompt);
+            job.prompts = sd::read_prompt_file(from_file);
             job.from_file = true;
         } else if (have_prompt) {
-            job.prompts.push_back(prompt);
+            sd::check_prompt_text(prompt, "--prompt");
+            sd::PromptLine line;
+            line.prompt = prompt;
+            job.prompts.push_back(line);
         } else {
             throw sd::Error("no prompt given (use --prompt \"...\" or --from-file FILE)");
         }
+        sd::check_prompt_text(job.negative_prompt, "--negative-prompt");
 
         if (tokenize) {
+            std::vector<std::string> texts;
+            for (const auto& p : job.prompts) texts.push_back(p.prompt);
             const bool own_model = app.count("--model") > 0;
             if (own_model) {
                 auto cfg = sd::load_model_config(model_dir);
                 auto tok = sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path);
-                print_tokens(tok, job.prompts, cfg.context_length, cfg.bos_id, cfg.eos_id, cfg.pad_id);
+                print_tokens(tok, texts, cfg.context_length, cfg.bos_id, cfg.eos_id, cfg.pad_id);
             } else {
                 const std::string dir = SD_DEFAULT_CLIP_DIR;
                 auto tok = sd::ClipTokenizer::load(sd::join_path(dir, "vocab.json"), sd::join_path(dir, "merges.txt"));
-                print_tokens(tok, job.prompts, 77, 49406, 49407, 49407);
+                print_tokens(tok, texts, 77, 49406, 49407, 49407);
             }
             return 0;
         }
@@ -109,27 +258,68 @@ int main(int argc, char** argv) {
         job.settings.sampler = sampler;
         if (seed < 0) throw sd::Error("--seed must not be negative");
         job.seed = static_cast<uint64_t>(seed);
+        if (seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
+        else if (seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
+        else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + seed_mode + "\"");
+        if (!shard.empty()) job.shard = parse_shard(shard);
         job.outdir = outdir;
         job.save_latents = save_latents;
+        sd::plan_run(job);  // option conflicts are reported before the model loads
 
         sd::PipelineOptions options;
         options.model_dir = model_dir;
         options.attention = attention;
         options.threads = threads;
+        options.precision = precision;
+        options.measure_stages = verbose;
+        if (!max_memory.empty()) options.max_memory = sd::parse_size(max_memory);
+        options.sequential = parse_switch("--sequential-load", sequential_load);
+        options.vae_tile = parse_tiling(vae_tiling);
+        if (app.count("--batch-size")) options.batch_size = batch_size;
         sd::Pipeline pipeline(options);
+        if (show_plan) {
+            pipeline.check(job.settings);
+            std::cout << pipeline.plan(job.settings, job.n_samples).describe();
+            return 0;
+        }
+        job.model_name = model_name(pipeline.config(), model_dir);
 
         sd::Txt2ImgEvents events;
-        events.image_written = [](const std::string& path) { std::cout << path << std::endl; };
-        if (!quiet) {
-            events.step = [](int batch, int batches, int step, int steps, double sps) {
-                std::fprintf(stderr, "batch %d/%d  step %d/%d  %.2f s/step\n", batch, batches, step, steps, sps);
-            };
+        events.image_written = [&](const sd::ImageRecord& r) {
+            progress.clear();
+            if (json) std::cout << image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
+            else std::cout << r.path << std::endl;
+            ++written;
+        };
+        events.progress = [&](const sd::ProgressInfo& p) { progress.update(p); };
+        events.note = [&](const std::string& text) {
+            if (quiet) return;
+            progress.clear();
+            std::cerr << "sd-txt2img: " << text << std::endl;
+        };
+        events.stop_requested = [] { return g_stop != 0; };
+        g_bar_on_stderr = progress.mode() == sd::ProgressDisplay::Mode::bar;
+        install_stop_handlers();
+
+        const auto result = sd::run_txt2img(pipeline, job, events);
+        progress.clear();
+        if (verbose) print_memory_summary(pipeline, job);
+        if (result.interrupted) {
+            std::cerr << "sd-txt2img: interrupted: " << written << " of " << result.planned << " images written"
+                      << (job.skip_existing || job.seed_mode == sd::SeedMode::per_image
+                              ? "; run again with --skip-existing to finish"
+                              : "")
+                      << std::endl;
+            return kExitInterrupted;
         }
-        sd::run_txt2img(pipeline, job, events);
         return 0;
     } catch (const sd::Error& e) {
+        progress.clear();
         return fail(1, e.what());
     } catch (const std::exception& e) {
-        return fail(2, e.what());
+        progress.clear();
+        int code = fail(2, e.what());
+        if (written > 0) std::cerr << "sd-txt2img: " << written << " images were written before the failure and are whole\n";
+        return code;
     }
 }

@@ -1,9 +1,11 @@
-"""TorchScript-ready modules of Stable Diffusion 1.x (CompVis latent-diffusion layout).
+"""TorchScript-ready modules of Stable Diffusion 1.x and 2.x (CompVis / Stability-AI ldm layout).
 
 Three exportable modules, each with the state-dict names of the CompVis checkpoints
 below its prefix so that weights load by name:
 
-* ``TextEncoder``  <- ``cond_stage_model.transformer.``  (HF CLIPTextModel names)
+* ``TextEncoder``  <- ``cond_stage_model.transformer.``  (HF CLIPTextModel names; SD 2.x's
+  OpenCLIP text tower is the same network, its weights are renamed by the export script,
+  and only the layers SD uses are built: 23 of 24 for "penultimate")
 * ``UNetModel``    <- ``model.diffusion_model.``
 * ``VAEDecoder``   <- ``first_stage_model.``  (post_quant_conv + decoder; no encoder)
 
@@ -315,26 +317,43 @@ class BasicTransformerBlock(nn.Module):
 
 
 class SpatialTransformer(nn.Module):
-    def __init__(self, channels: int, heads: int, dim_head: int, depth: int, context_dim: int):
+    """SD 1.x projects in and out with 1x1 convolutions on the image layout; SD 2.x
+    (use_linear) with Linear layers on the token layout."""
+
+    def __init__(self, channels: int, heads: int, dim_head: int, depth: int, context_dim: int,
+                 use_linear: bool = False):
         super().__init__()
         inner = heads * dim_head
+        self.use_linear = use_linear
+        self.inner = inner
         self.norm = transformer_norm(channels)
-        self.proj_in = nn.Conv2d(channels, inner, 1)
+        if use_linear:
+            self.proj_in = nn.Linear(channels, inner)
+            self.proj_out = nn.Linear(inner, channels)
+        else:
+            self.proj_in = nn.Conv2d(channels, inner, 1)
+            self.proj_out = nn.Conv2d(inner, channels, 1)
         self.transformer_blocks = nn.ModuleList(
             [BasicTransformerBlock(inner, heads, dim_head, context_dim) for _ in range(depth)])
-        self.proj_out = nn.Conv2d(inner, channels, 1)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        b, _, hh, ww = x.shape
+        b, channels, hh, ww = x.shape
         x_in = x
-        x = self.proj_in(self.norm(x))
-        c = x.shape[1]
-        x = x.permute(0, 2, 3, 1).reshape(b, hh * ww, c)
+        x = self.norm(x)
+        if self.use_linear:
+            x = x.permute(0, 2, 3, 1).reshape(b, hh * ww, channels)
+            x = self.proj_in(x)
+        else:
+            x = self.proj_in(x)
+            x = x.permute(0, 2, 3, 1).reshape(b, hh * ww, self.inner)
         for block in self.transformer_blocks:
             x = block(x, context)
+        if self.use_linear:
+            x = self.proj_out(x)
+            return x.reshape(b, hh, ww, channels).permute(0, 3, 1, 2).contiguous() + x_in
         # The reference leaves a channels-last view here, which makes every following
         # conv copy its weights on each call; a contiguous tensor avoids that.
-        x = x.reshape(b, hh, ww, c).permute(0, 3, 1, 2).contiguous()
+        x = x.reshape(b, hh, ww, self.inner).permute(0, 3, 1, 2).contiguous()
         return self.proj_out(x) + x_in
 
 
@@ -346,12 +365,13 @@ def attention_heads(ch: int, num_heads: int, num_head_channels: int):
 
 
 class UNetModel(nn.Module):
-    """openaimodel.UNetModel with use_spatial_transformer (SD 1.x); forward(x, t, context) -> eps."""
+    """openaimodel.UNetModel with use_spatial_transformer (SD 1.x; SD 2.x with
+    use_linear_in_transformer); forward(x, t, context) -> eps (or v)."""
 
     def __init__(self, in_channels: int = 4, out_channels: int = 4, model_channels: int = 320,
                  attention_resolutions=(4, 2, 1), num_res_blocks: int = 2, channel_mult=(1, 2, 4, 4),
                  num_heads: int = 8, num_head_channels: int = -1, transformer_depth: int = 1,
-                 context_dim: int = 768):
+                 context_dim: int = 768, use_linear_in_transformer: bool = False):
         super().__init__()
         self.model_channels = model_channels
         emb_dim = model_channels * 4
@@ -359,7 +379,7 @@ class UNetModel(nn.Module):
 
         def transformer(ch: int) -> SpatialTransformer:
             heads, dim_head = attention_heads(ch, num_heads, num_head_channels)
-            return SpatialTransformer(ch, heads, dim_head, transformer_depth, context_dim)
+            return SpatialTransformer(ch, heads, dim_head, transformer_depth, context_dim, use_linear_in_transformer)
 
         self.input_blocks = nn.ModuleList(
             [TimestepEmbedSequential(EmbConv2d(in_channels, model_channels, 3, padding=1))])

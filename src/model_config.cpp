@@ -38,6 +38,7 @@ ModelConfig load_model_config(const std::string& dir) {
         c.pad_id = j.value("pad_id", c.pad_id);
         c.alphas_cumprod = j.at("alphas_cumprod").get<std::vector<float>>();
         c.source = j.value("source", "");
+        if (j.contains("architecture")) c.architecture_json = j["architecture"].dump();
         auto files = j.value("files", nlohmann::json::object());
         auto file = [&](const char* key, const char* def) { return join_path(dir, files.value(key, def)); };
         c.text_encoder_path = file("text_encoder", "text_encoder.pt");

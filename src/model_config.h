@@ -19,6 +19,7 @@ struct ModelConfig {
     int bos_id = 49406, eos_id = 49407, pad_id = 49407;
     std::vector<float> alphas_cumprod;
     std::string source;
+    std::string architecture_json;  // "architecture" of model.json (sizes of the three networks), as JSON text
 
     std::string text_encoder_path, unet_path, vae_decoder_path, vocab_path, merges_path;
 };

@@ -4,71 +4,173 @@
 
 #include <torch/script.h>
 
+#include "conditioning.h"
 #include "error.h"
 #include "model.h"
 #include "runtime.h"
 #include "samplers.h"
+#include "schedule.h"
 #include "tokenizer.h"
 
 namespace sd {
 
+namespace {
+
+// Decodes latents [1, C, h, w] in overlapping tiles of `tile` latent pixels and
+// blends them with linear ramps across each overlap, so the peak is that of
+// one tile. Each tile normalises over itself (GroupNorm), so tiles differ
+// slightly at their edges; the ramps fade one into the next without a seam.
+at::Tensor decode_tiled(torch::jit::Module& vae, const at::Tensor& z, int tile, int factor) {
+    const int64_t h = z.size(2), w = z.size(3);
+    const int64_t overlap = std::max<int64_t>(2, tile / 4);
+    auto starts = [&](int64_t size) {
+        std::vector<int64_t> s;
+        if (size <= tile) return std::vector<int64_t>{0};
+        for (int64_t p = 0;; p += tile - overlap) {
+            if (p + tile >= size) {
+                s.push_back(size - tile);
+                break;
+            }
+            s.push_back(p);
+        }
+        return s;
+    };
+    const auto ys = starts(h), xs = starts(w);
+    const int64_t th = std::min<int64_t>(tile, h), tw = std::min<int64_t>(tile, w);
+    at::Tensor out, weight;
+    // A ramp over `overlap * factor` pixels on each side that meets another tile.
+    auto ramp = [&](int64_t len, bool lo, bool hi) {
+        auto r = at::ones({len});
+        const int64_t n = overlap * factor;
+        for (int64_t i = 0; i < n && i < len; ++i) {
+            const float v = (static_cast<float>(i) + 0.5f) / static_cast<float>(n);
+            if (lo) r[i] = std::min(r[i].item<float>(), v);
+            if (hi) r[len - 1 - i] = std::min(r[len - 1 - i].item<float>(), v);
+        }
+        return r;
+    };
+    for (size_t yi = 0; yi < ys.size(); ++yi) {
+        for (size_t xi = 0; xi < xs.size(); ++xi) {
+            const int64_t y = ys[yi], x = xs[xi];
+            auto piece = vae.forward({z.slice(2, y, y + th).slice(3, x, x + tw).contiguous()}).toTensor();
+            if (!out.defined()) {
+                out = at::zeros({1, piece.size(1), h * factor, w * factor});
+                weight = at::zeros({1, 1, h * factor, w * factor});
+            }
+            auto wy = ramp(th * factor, yi > 0, yi + 1 < ys.size());
+            auto wx = ramp(tw * factor, xi > 0, xi + 1 < xs.size());
+            auto m = (wy.view({-1, 1}) * wx.view({1, -1})).view({1, 1, th * factor, tw * factor});
+            auto o = out.slice(2, y * factor, (y + th) * factor).slice(3, x * factor, (x + tw) * factor);
+            o.add_(piece * m);
+            weight.slice(2, y * factor, (y + th) * factor).slice(3, x * factor, (x + tw) * factor).add_(m);
+        }
+    }
+    return out / weight;
+}
+
+}  // namespace
+
 struct Pipeline::Impl {
     PipelineOptions options;
     ModelConfig config;
+    MemoryModel memory;
+    double base_rss = 0;
     std::optional<ClipTokenizer> tokenizer;
-    AttentionSetting attention;
     std::optional<torch::jit::Module> text_encoder, unet, vae;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    StagePeaks peaks;
 
     torch::jit::Module& stage(std::optional<torch::jit::Module>& slot, const std::string& path) {
-        if (!slot) {
-            slot = load_stage(path);
-            set_attention(*slot, attention);
-        }
+        if (!slot) slot = load_stage(path);
         return *slot;
     }
 
-    at::Tensor encode_text(const std::vector<std::string>& prompts) {
-        const int64_t n = static_cast<int64_t>(prompts.size());
-        const int64_t L = config.context_length;
-        auto ids = at::empty({n, L}, at::kLong);
-        for (int64_t i = 0; i < n; ++i) {
-            auto row = tokenizer->encode_padded(prompts[i], config.context_length, config.bos_id, config.eos_id, config.pad_id);
-            std::copy(row.begin(), row.end(), ids[i].data_ptr<int64_t>());
-        }
-        auto& te = stage(text_encoder, config.text_encoder_path);
-        return te.forward({ids}).toTensor();
+    void release(std::optional<torch::jit::Module>& slot) {
+        slot.reset();
+        release_free_memory();
     }
 
-    at::Tensor decode(const at::Tensor& latents) {
+    // Long prompts and weighting: conditioning.h.
+    Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+                             const GenerateSettings& s) {
+        auto& te = stage(text_encoder, config.text_encoder_path);
+        TextEncodeFn encode = [&](const at::Tensor& ids) { return te.forward({ids}).toTensor(); };
+        return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
+    }
+
+    // Decodes one image at a time (the VAE's activations grow with pixels).
+    at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan) {
         auto& dec = stage(vae, config.vae_decoder_path);
-        return dec.forward({latents * (1.0 / config.scale_factor)}).toTensor();
+        set_attention(dec, {static_cast<AttentionMode>(plan.attention_mode), plan.attention_chunk});
+        const at::Tensor z = latents * (1.0 / config.scale_factor);
+        std::vector<at::Tensor> images;
+        for (int64_t i = 0; i < z.size(0); ++i) {
+            auto zi = z.slice(0, i, i + 1);
+            images.push_back(plan.vae_tile > 0 ? decode_tiled(dec, zi, plan.vae_tile, config.downsample_factor)
+                                               : dec.forward({zi}).toTensor());
+        }
+        return at::cat(images);
+    }
+
+    MemoryRequest request(const GenerateSettings& s, int images) const {
+        MemoryRequest r;
+        r.height = s.height;
+        r.width = s.width;
+        r.images = images;
+        r.guidance = s.scale != 1.0;
+        r.budget = options.max_memory > 0 ? options.max_memory : available_memory();
+        r.sequential = options.sequential;
+        if (options.attention != "auto") {
+            auto a = parse_attention(options.attention);
+            r.attention_mode = static_cast<int>(a.mode);
+            r.attention_chunk = a.chunk;
+        }
+        if (options.batch_size) r.unet_rows = *options.batch_size * (r.guidance ? 2 : 1);
+        if (options.vae_tile) r.vae_tile = *options.vae_tile;
+        return r;
     }
 };
 
 Pipeline::Pipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl>()) {
     impl_->options = options;
-    impl_->attention = parse_attention(options.attention);
+    if (options.attention != "auto") parse_attention(options.attention);  // reject bad names up front
+    if (options.precision == "fp16" || options.precision == "bf16")
+        throw Error("--precision " + options.precision + " is not available on CPU: LibTorch 1.13 has no " +
+                    (options.precision == "fp16" ? std::string("fp16 convolution, linear or norm kernels on CPU")
+                                                 : std::string("bf16 instructions on this CPU (18-50x slower than fp32)")) +
+                    "; use --precision fp32");
+    if (options.precision != "fp32") throw Error("unknown --precision '" + options.precision + "' (fp32, fp16 or bf16)");
+    if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
+    if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     impl_->config = load_model_config(options.model_dir);
+    impl_->memory = memory_model(impl_->config);
     impl_->tokenizer = ClipTokenizer::load(impl_->config.vocab_path, impl_->config.merges_path);
     configure_runtime(options.threads);
+    impl_->base_rss = static_cast<double>(current_rss_bytes());
 }
 
 Pipeline::~Pipeline() = default;
 
 const ModelConfig& Pipeline::config() const { return impl_->config; }
 const ClipTokenizer& Pipeline::tokenizer() const { return *impl_->tokenizer; }
+const StagePeaks& Pipeline::measured() const { return impl_->peaks; }
 
 void Pipeline::check(const GenerateSettings& s) const {
     const auto& c = impl_->config;
-    if (!is_known_sampler(s.sampler)) throw Error("unknown sampler '" + s.sampler + "' (choose plms or ddim)");
+    check_sampler_settings(s.sampler, s.schedule);
+    parse_parameterization(c.parameterization);
     const int T = static_cast<int>(c.alphas_cumprod.size());
     if (s.steps < 1 || s.steps > T) throw Error("--steps must be between 1 and " + std::to_string(T) + ", got " + std::to_string(s.steps));
+    if (!is_k_sampler(s.sampler)) compvis_timesteps(s.steps, T);  // rejects counts whose schedule runs past T-1
     for (auto [name, v] : {std::pair<const char*, int>{"--H", s.height}, {"--W", s.width}}) {
         if (v < c.size_multiple || v % c.size_multiple != 0)
             throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +
                         std::to_string(c.size_multiple) + ", which this model needs");
     }
+}
+
+MemoryPlan Pipeline::plan(const GenerateSettings& s, int images) const {
+    return plan_memory(impl_->memory, impl_->request(s, images), impl_->base_rss);
 }
 
 void Pipeline::seed(uint64_t seed) { impl_->gen = at::make_generator<at::CPUGeneratorImpl>(seed); }
@@ -78,30 +180,58 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
     if (prompts.empty()) throw Error("no prompts to generate");
     auto& im = *impl_;
     const auto& c = im.config;
+    const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
     c10::InferenceMode guard;
     const int64_t n = static_cast<int64_t>(prompts.size());
     const int64_t h = s.height / c.downsample_factor, w = s.width / c.downsample_factor;
+    im.peaks = {};
+    const bool measure = im.options.measure_stages;
+    auto start_measure = [&] {
+        if (measure) reset_peak_rss();
+    };
+    auto stage_peak = [&] { return measure ? peak_rss_bytes() : 0; };
 
     try {
-        // The unconditional embedding is the encoder's output for "" (not zeros).
-        at::Tensor cond = im.encode_text(prompts);
-        at::Tensor uncond = im.encode_text(std::vector<std::string>(prompts.size(), ""));
+        // Text: the unconditional embedding is the encoder's output for "" (not zeros).
+        start_measure();
+        auto [cond, uncond] = im.encode_text(prompts, std::vector<std::string>(prompts.size(), s.negative_prompt), s);
+        if (plan.sequential) im.release(im.text_encoder);
+        im.peaks.text = stage_peak();
 
+        // Sampling, with the UNet run in passes of at most plan.unet_rows rows.
+        start_measure();
         at::Tensor x = at::randn({n, c.latent_channels, h, w}, im.gen);
         auto& unet = im.stage(im.unet, c.unet_path);
-        const at::Tensor context = at::cat({uncond, cond});
+        set_attention(unet, {static_cast<AttentionMode>(plan.attention_mode), plan.attention_chunk});
         const double scale = s.scale;
+        const at::Tensor context = scale == 1.0 ? cond : at::cat({uncond, cond});
+        const int64_t rows_per_pass = plan.unet_rows;
+        auto run_unet = [&](const at::Tensor& xs, const at::Tensor& ts) {
+            const int64_t rows = xs.size(0);
+            if (rows <= rows_per_pass) return unet.forward({xs, ts, context}).toTensor();
+            std::vector<at::Tensor> parts;
+            for (int64_t i = 0; i < rows; i += rows_per_pass) {
+                const int64_t e = std::min(rows, i + rows_per_pass);
+                parts.push_back(unet.forward({xs.slice(0, i, e), ts.slice(0, i, e), context.slice(0, i, e)}).toTensor());
+            }
+            return at::cat(parts);
+        };
         EpsFn eps = [&](const at::Tensor& xt, const at::Tensor& t) -> at::Tensor {
-            if (scale == 1.0) return unet.forward({xt, t, cond}).toTensor();
-            auto out = unet.forward({at::cat({xt, xt}), at::cat({t, t}), context}).toTensor();
-            auto parts = out.chunk(2);
+            if (scale == 1.0) return run_unet(xt, t);
+            auto parts = run_unet(at::cat({xt, xt}), at::cat({t, t})).chunk(2);
             return parts[0] + scale * (parts[1] - parts[0]);
         };
         StepFn on_step = nullptr;
         if (progress) on_step = [&](int i, int total, const at::Tensor&, const at::Tensor&) { progress(i + 1, total); };
-        at::Tensor latents = sample(s.sampler, eps, x, c.alphas_cumprod, s.steps, im.gen, on_step).contiguous();
+        const SamplerSettings ks{s.sampler, s.schedule, s.steps, parse_parameterization(c.parameterization)};
+        at::Tensor latents = sample(ks, eps, x, c.alphas_cumprod, im.gen, on_step).contiguous();
+        if (plan.sequential) im.release(im.unet);
+        im.peaks.unet = stage_peak();
 
-        at::Tensor decoded = im.decode(latents);
+        start_measure();
+        at::Tensor decoded = im.decode(latents, plan);
+        if (plan.sequential) im.release(im.vae);
+        im.peaks.vae = stage_peak();
         // As txt2img: clamp((x + 1) / 2, 0, 1) * 255, then truncation to uint8.
         at::Tensor pixels = (255.0 * at::clamp((decoded + 1.0) / 2.0, 0.0, 1.0)).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
 

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "image_io.h"
+#include "memory_plan.h"
 #include "model_config.h"
 
 namespace sd {
@@ -17,15 +19,32 @@ class ClipTokenizer;
 
 struct PipelineOptions {
     std::string model_dir;
-    std::string attention = "per-head";  // full | per-head | chunked[:N]
+    std::string attention = "auto";      // auto | full | per-head | chunked[:N]
     int threads = 0;                     // 0: one per core
+    double max_memory = 0;               // bytes; 0: what the machine has available
+    std::optional<bool> sequential;      // unset: the planner decides
+    std::optional<int> batch_size;       // images per UNet pass; unset: the planner decides
+    std::optional<int> vae_tile;         // latent tile edge for the VAE, 0: whole image; unset: the planner decides
+    std::string precision = "fp32";      // compute precision: fp32 (fp16/bf16 are refused on CPU, see README)
+    // Measure each stage's peak (resets the kernel's peak counter, so the
+    // process-wide peak that /usr/bin/time reports then covers only the last stage).
+    bool measure_stages = false;
+};
+
+// Peak resident memory measured while each stage ran (bytes; 0 if it did not run).
+struct StagePeaks {
+    long long text = 0, unet = 0, vae = 0;
 };
 
 struct GenerateSettings {
-    std::string sampler = "plms";
+    std::string sampler = "plms";        // plms | ddim | euler | euler_a | dpmpp_2m
+    std::string schedule = "default";    // k-samplers: default | karras
     int steps = 50;
     double scale = 7.5;
     int height = 512, width = 512;
+    std::string negative_prompt;         // replaces the unconditional "" for every image
+    bool long_prompts = true;            // more than 75 tokens: more 77-token windows (else truncated)
+    bool prompt_weights = true;          // A1111 (text:1.3) / [text] / BREAK syntax (else plain text)
 };
 
 // Called after each sampler step: step (1-based) of total.
@@ -50,6 +69,13 @@ public:
 
     // Throws sd::Error when the model cannot run these settings (size, steps, sampler).
     void check(const GenerateSettings& s) const;
+
+    // The memory plan for a batch of `images` images with these settings.
+    // Throws sd::Error when nothing fits the budget.
+    MemoryPlan plan(const GenerateSettings& s, int images) const;
+
+    // Peaks measured during the last generate().
+    const StagePeaks& measured() const;
 
     // Seeds the run's generator; every batch then draws its start noise from it in turn.
     void seed(uint64_t seed);

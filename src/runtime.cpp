@@ -1,6 +1,7 @@
 #include "runtime.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <fstream>
 #include <string>
@@ -19,6 +20,12 @@ void configure_runtime(int threads) {
     using SetThreads = void (*)(int);
     if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
     at::globalContext().setFlushDenormal(true);
+    // glibc raises its mmap threshold as large blocks are freed (up to 32 MiB),
+    // after which the UNet's activations come from the heap, fragment it and
+    // stay resident: measured +565 MiB peak and +450 MiB kept after one
+    // 256x256 UNet pass, against +190 / +63 MiB with a fixed threshold.
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 128 * 1024);
 }
 
 static long long status_field_kib(const char* field) {
@@ -30,6 +37,15 @@ static long long status_field_kib(const char* field) {
     }
     return 0;
 }
+
+bool reset_peak_rss() {
+    std::ofstream out("/proc/self/clear_refs");
+    out << "5";
+    out.flush();
+    return static_cast<bool>(out);
+}
+
+void release_free_memory() { malloc_trim(0); }
 
 long long peak_rss_bytes() { return status_field_kib("VmHWM") * 1024; }
 long long current_rss_bytes() { return status_field_kib("VmRSS") * 1024; }

@@ -15,4 +15,11 @@ long long peak_rss_bytes();
 // Current resident set size in bytes.
 long long current_rss_bytes();
 
+// Starts a new peak: afterwards peak_rss_bytes() reports the peak since this
+// call (Linux: /proc/self/clear_refs). Returns false where unsupported.
+bool reset_peak_rss();
+
+// Hands freed heap memory back to the OS (glibc keeps it otherwise).
+void release_free_memory();
+
 }  // namespace sd

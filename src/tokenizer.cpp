@@ -1,6 +1,8 @@
 // CLIP BPE tokenizer. Same results as openai/CLIP's SimpleTokenizer.encode
 // run through HF CLIPTokenizer's clean-up (ftfy, whitespace, lower case; no
-// extra html.unescape): see text_clean.h for the clean-up.
+// extra html.unescape): see text_clean.h for the clean-up. With open_clip's
+// vocabulary (SD 2.x) it is open_clip's tokenizer: html.unescape twice after
+// ftfy, and <start_of_text> / <end_of_text> as the special texts.
 #include "tokenizer.h"
 
 #include <unicode/uchar.h>
@@ -17,14 +19,18 @@
 #include <utility>
 
 #include "error.h"
+#include "html_unescape.h"
 #include "text_clean.h"
 
 namespace sd {
 namespace {
 
 constexpr uintmax_t kMaxFileBytes = 64u << 20;  // vocab.json is ~1.6 MB; refuse checkpoints etc.
+// The special texts by vocabulary: CLIP / HF (SD 1.x) and open_clip (SD 2.x).
 const std::u32string kStartOfText = U"<|startoftext|>";
 const std::u32string kEndOfText = U"<|endoftext|>";
+const std::u32string kOpenClipStart = U"<start_of_text>";
+const std::u32string kOpenClipEnd = U"<end_of_text>";
 
 const char* const kVocabWhat = "CLIP vocabulary";
 const char* const kMergesWhat = "CLIP merges file";
@@ -120,19 +126,20 @@ bool match_folded(const std::u32string& t, size_t i, std::u32string_view pat) {
 
 // The reference's pre-tokenizer regex, applied like re.findall:
 //   <\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+
+// (open_clip: <start_of_text>|<end_of_text> first instead).
 // Calls emit(begin, length) for each match; unmatched characters are skipped.
 template <class Emit>
-void split_words(const std::u32string& t, Emit emit) {
+void split_words(const std::u32string& t, const std::u32string& start_text, const std::u32string& end_text, Emit emit) {
     static const std::u32string_view contractions[] = {U"s", U"t", U"re", U"ve", U"m", U"ll", U"d"};
     // U+0345 (combining ypogegrammeni) case-folds to a letter, so under
     // IGNORECASE it is neither in [\p{L}] nor in the negated class: no match.
     auto other = [](char32_t c) { return !is_py_space(c) && !is_letter(c) && !is_number(c) && c != 0x345; };
     for (size_t i = 0; i < t.size();) {
         size_t len = 0;
-        if (match_folded(t, i, kStartOfText)) {
-            len = kStartOfText.size();
-        } else if (match_folded(t, i, kEndOfText)) {
-            len = kEndOfText.size();
+        if (match_folded(t, i, start_text)) {
+            len = start_text.size();
+        } else if (match_folded(t, i, end_text)) {
+            len = end_text.size();
         } else if (t[i] == '\'') {
             for (std::u32string_view c : contractions)
                 if (match_folded(t, i + 1, c)) { len = 1 + c.size(); break; }
@@ -166,6 +173,8 @@ struct ClipTokenizer::Impl {
     int byte_end_id[256];  // symbol of a word's last byte ("x</w>")
     std::unordered_map<uint64_t, Merge> merges;  // (left id, right id) -> merge
     int start_id = 0, end_id = 0;
+    std::u32string start_text = kStartOfText, end_text = kEndOfText;
+    bool open_clip = false;  // open_clip's clean-up: html.unescape twice after ftfy
 
     mutable std::mutex mutex;
     mutable std::unordered_map<std::string, std::vector<int>> cache;  // word bytes -> ids
@@ -210,8 +219,8 @@ struct ClipTokenizer::Impl {
 
     void encode_word(const std::u32string& word, std::vector<int>& out) const {
         // The reference emits the special ids only for these exact strings.
-        if (word == kStartOfText) { out.push_back(start_id); return; }
-        if (word == kEndOfText) { out.push_back(end_id); return; }
+        if (word == start_text) { out.push_back(start_id); return; }
+        if (word == end_text) { out.push_back(end_id); return; }
         std::string bytes = u32_to_utf8(word);
         std::lock_guard<std::mutex> lock(mutex);
         auto it = cache.find(bytes);
@@ -259,7 +268,15 @@ ClipTokenizer ClipTokenizer::load(const std::string& vocab_json_path, const std:
     }
     impl->start_id = lookup("<|startoftext|>");
     impl->end_id = lookup("<|endoftext|>");
-    if (impl->start_id < 0 || impl->end_id < 0) throw vocab_error("lacks <|startoftext|> or <|endoftext|>");
+    if (impl->start_id < 0 && impl->end_id < 0) {
+        impl->start_id = lookup("<start_of_text>");
+        impl->end_id = lookup("<end_of_text>");
+        impl->start_text = kOpenClipStart;
+        impl->end_text = kOpenClipEnd;
+        impl->open_clip = true;
+    }
+    if (impl->start_id < 0 || impl->end_id < 0)
+        throw vocab_error("lacks <|startoftext|> and <|endoftext|> (or open_clip's <start_of_text> and <end_of_text>)");
 
     const std::string text = read_file(merges_txt_path, kMergesWhat);
     int rank = 0;
@@ -292,11 +309,19 @@ ClipTokenizer ClipTokenizer::load(const std::string& vocab_json_path, const std:
 }
 
 std::vector<int> ClipTokenizer::encode(const std::string& utf8_text) const {
-    const std::u32string text = clean_prompt(utf8_text);
+    std::u32string text;
+    if (impl_->open_clip) {
+        text = to_lower(whitespace_clean(html_unescape(html_unescape(fix_text(utf8_to_u32(utf8_text))))));
+    } else {
+        text = clean_prompt(utf8_text);
+    }
     std::vector<int> ids;
-    split_words(text, [&](size_t begin, size_t len) { impl_->encode_word(text.substr(begin, len), ids); });
+    split_words(text, impl_->start_text, impl_->end_text,
+                [&](size_t begin, size_t len) { impl_->encode_word(text.substr(begin, len), ids); });
     return ids;
 }
+
+bool ClipTokenizer::is_open_clip() const { return impl_->open_clip; }
 
 std::vector<int64_t> ClipTokenizer::encode_padded(const std::string& utf8_text, int context_length, int bos, int eos,
                                                   int pad) const {

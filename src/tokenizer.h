@@ -1,5 +1,6 @@
 // CLIP's byte-level BPE tokenizer (openai/CLIP simple_tokenizer.py, as used by
-// Stable Diffusion 1.x), in plain C++: no LibTorch, no SentencePiece.
+// Stable Diffusion 1.x; open_clip's variant for SD 2.x, chosen by the special
+// token names in vocab.json), in plain C++: no LibTorch, no SentencePiece.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,10 @@ public:
     // BPE ids of a prompt: no BOS/EOS, no truncation. Ill-formed UTF-8 is
     // read as U+FFFD (Python's errors="replace"); it never throws on text.
     std::vector<int> encode(const std::string& utf8_text) const;
+
+    // True for open_clip's vocabulary (SD 2.x: <start_of_text> / <end_of_text>
+    // are the special texts, and html.unescape runs twice after ftfy).
+    bool is_open_clip() const;
 
     // [bos] + encode(text)[:context_length - 2] + [eos], padded with pad to
     // context_length (what SD 1.x's text encoder sees).

@@ -1,37 +1,58 @@
 // A whole txt2img run as the CompVis script does it: prompts grouped into
-// batches of n_samples, repeated n_iter times, one seeded generator for the
-// run, images written under numbered names that never replace earlier files.
+// batches of n_samples, repeated n_iter times, images written under names that
+// never replace earlier files. On top of it: per-line settings from JSON lines,
+// per-image seeds, name patterns, resume (--skip-existing), shards, metadata.
+// No LibTorch in here: the pipeline does the tensor work.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "batch_plan.h"
 #include "pipeline.h"
+#include "progress.h"
 
 namespace sd {
 
-struct Txt2ImgJob {
-    std::vector<std::string> prompts;  // from a file: one batch = n_samples consecutive prompts
-    bool from_file = false;            // false: one prompt, repeated n_samples times per batch
-    int n_samples = 1;
-    int n_iter = 1;
-    uint64_t seed = 42;
-    GenerateSettings settings;
-    std::string outdir = "outputs/txt2img-samples";
-    std::string save_latents;  // .npy path, empty for none
+// What was done with one image; also its JSON line and PNG text.
+struct ImageRecord {
+    std::string path;
+    const PromptItem* item = nullptr;
+    int index = 0;
+    uint64_t seed = 0;
+    SeedMode seed_mode = SeedMode::compvis;
+    std::string model;
+    double seconds = 0;      // generation time (a batch's time shared among its images)
+    std::string parameters;  // the PNG's "parameters" text
 };
 
 struct Txt2ImgEvents {
-    std::function<void(const std::string& path)> image_written;
-    std::function<void(int batch, int batches, int step, int steps, double seconds_per_step)> step;
+    std::function<void(const ImageRecord&)> image_written;
+    std::function<void(const ProgressInfo&)> progress;
+    std::function<bool()> stop_requested;  // checked between sampler steps and between batches
+    std::function<void(const std::string&)> note;  // informational messages (skipped files, grid)
 };
 
-// Groups prompts into batches (the last one may be smaller).
-std::vector<std::vector<std::string>> make_batches(const Txt2ImgJob& job);
+struct Txt2ImgResult {
+    std::vector<std::string> written;
+    int planned = 0;  // images this process was to generate (its shard, existing ones skipped)
+    int skipped = 0;  // existing images left alone (--skip-existing)
+    bool interrupted = false;
+};
 
-// Runs the job; returns the paths written, in order. Throws sd::Error for
-// input problems (checked before any work starts where possible).
-std::vector<std::string> run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events);
+// A failure while running, after the input was accepted (e.g. the disk filled
+// up): the CLI exits 2 for it, not 1.
+struct RunFailure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Runs the job. Throws sd::Error for input problems (checked before any work
+// starts), RunFailure when writing fails midway; returns normally, with
+// `interrupted` set, when stop_requested() said so.
+Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events);
 
 // The next free "%05d.png" number in dir (one past the highest existing).
 int next_image_number(const std::string& dir);

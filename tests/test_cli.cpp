@@ -328,3 +328,10 @@ TEST(Output, FileOfTwoPromptsWithTwoSamplesIsOneBatch) {
     auto l = sd::read_npy(dir + "/l.npy");
     EXPECT_EQ(l.shape, (std::vector<int64_t>{4, 4, 8, 8}));
 }
+
+TEST(BadInput, StepsWhoseScheduleRunsPastTheLastTimestep) {
+    // CompVis: range(0, 1000, 333) + 1 ends at 1000 (the reference's IndexError).
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.insert(args.end(), {"--steps", "3"});
+    expect_clean_failure(run(args), "--steps 3");
+}

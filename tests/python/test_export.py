@@ -322,7 +322,7 @@ class ExportTinyTest(unittest.TestCase):
             ("size mismatch", rewrite("size.safetensors", size_mismatch), "out.2.bias"),
             ("missing key", rewrite("missing.safetensors", drop_key), "model.diffusion_model.out.2.weight"),
             ("wrong shape", rewrite("shape.safetensors", reshape_key), "model.diffusion_model.time_embed.0.weight"),
-            ("sd2", rewrite("sd2.safetensors", sd2_like), "SD 2"),
+            ("no text encoder", rewrite("sd2.safetensors", sd2_like), "text encoder"),
             ("not sd", rewrite("notsd.safetensors", not_sd), "not a Stable Diffusion"),
             ("truncated ckpt", write("trunc.ckpt", ckpt_bytes[: len(ckpt_bytes) // 2]), None),
             ("garbage ckpt", write("garbage.ckpt", b"\x80" + os.urandom(1000)), None),

@@ -1,0 +1,51 @@
+// Prompt syntax of AUTOMATIC1111's web UI, and prompts longer than one
+// 77-token window. No LibTorch here: this part is tokenizer work.
+//
+// Weighting ("emphasis"): (text) multiplies the weight of text by 1.1,
+// [text] divides it by 1.1, (text:1.3) multiplies it by 1.3; brackets nest
+// and multiply; \( \) \[ \] \\ are literal characters; an unclosed bracket
+// runs to the end of the prompt; a closing bracket without an opening one is
+// plain text. BREAK (upper case, a word by itself) ends the current chunk.
+//
+// Long prompts: the tokens are cut into chunks of 75; each chunk is encoded as
+// [BOS] + chunk + [EOS] + padding (one 77-token window) and the text
+// encoder's outputs are concatenated along the sequence (the A1111 / ComfyUI
+// convention).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sd {
+
+class ClipTokenizer;
+
+struct WeightedText {
+    std::string text;
+    double weight = 1.0;
+    bool is_break = false;  // a BREAK keyword (text empty)
+};
+
+// The prompt as runs of text with their weights; adjacent runs of equal weight
+// are merged. Never throws: any text parses (an empty prompt gives one empty run).
+std::vector<WeightedText> parse_prompt_weights(const std::string& prompt);
+
+struct PromptSyntax {
+    bool long_prompts = true;  // more than 75 tokens: more chunks (else: truncated to one)
+    bool weighting = true;     // A1111 weights and BREAK (else: the prompt is plain text)
+};
+
+// A prompt as 77-token windows: ids [chunks][context_length] and each id's weight.
+struct PromptChunks {
+    std::vector<std::vector<int64_t>> ids;
+    std::vector<std::vector<float>> weights;
+    bool weighted() const;  // some weight differs from 1
+};
+
+// Tokenizes a prompt into chunks. With neither option, and for any prompt of
+// at most 75 tokens without weighting syntax, this is exactly one window equal
+// to ClipTokenizer::encode_padded (the reference's ids).
+PromptChunks tokenize_prompt(const ClipTokenizer& tok, const std::string& prompt, const PromptSyntax& syntax,
+                             int context_length, int bos, int eos, int pad);
+
+}  // namespace sd

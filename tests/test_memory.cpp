@@ -1,0 +1,212 @@
+// The memory planner, and the memory options end to end: every attention
+// strategy, sequential loading and micro-batching must still reproduce the
+// reference runs; VAE tiling must not leave seams.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "conformance_util.h"
+#include "error.h"
+#include "image_io.h"
+#include "memory_plan.h"
+#include "test_util.h"
+
+using sdtest::run;
+
+namespace {
+
+constexpr double GiB = 1024.0 * 1024 * 1024;
+constexpr double MiB = 1024.0 * 1024;
+
+// The full-size SD 1.5 architecture (file sizes of a float32 export).
+sd::MemoryModel sd15() {
+    sd::ModelConfig c;
+    c.architecture_json = R"({"unet": {"model_channels": 320, "channel_mult": [1, 2, 4, 4], "attention_resolutions": [4, 2, 1],
+        "num_res_blocks": 2, "num_heads": 8, "num_head_channels": -1},
+        "vae": {"ch": 128, "ch_mult": [1, 2, 4, 4]}, "text": {"ctx": 77, "width": 768, "heads": 12}})";
+    auto m = sd::memory_model(c);
+    m.text_weights = 492.3e6;
+    m.unet_weights = 3438.5e6;
+    m.vae_weights = 198.1e6;
+    return m;
+}
+
+sd::MemoryRequest request(int size, int images, double budget) {
+    sd::MemoryRequest r;
+    r.height = r.width = size;
+    r.images = images;
+    r.budget = budget;
+    return r;
+}
+
+std::string tiny_model() { return sdtest::test_models() + "/tiny-st"; }
+std::string case_dir(const std::string& name) { return sdtest::fixtures() + "/tiny/cases/" + name; }
+
+}  // namespace
+
+TEST(ParseSize, UnitsAndErrors) {
+    EXPECT_DOUBLE_EQ(sd::parse_size("4G"), 4 * GiB);
+    EXPECT_DOUBLE_EQ(sd::parse_size("4.5GiB"), 4.5 * GiB);
+    EXPECT_DOUBLE_EQ(sd::parse_size("3500M"), 3500 * MiB);
+    EXPECT_DOUBLE_EQ(sd::parse_size("1024"), 1024);
+    for (const char* bad : {"", "G", "-1G", "4X", "abc", "0"}) EXPECT_THROW(sd::parse_size(bad), sd::Error) << bad;
+}
+
+TEST(Planner, PlentyOfMemoryKeepsStagesResidentAndWholeBatch) {
+    auto p = sd::plan_memory(sd15(), request(512, 1, 16 * GiB), 170 * MiB);
+    EXPECT_FALSE(p.sequential);
+    EXPECT_EQ(p.unet_rows, 2);
+    EXPECT_EQ(p.vae_tile, 0);
+    EXPECT_EQ(p.attention_name(), "chunked:256");
+    EXPECT_LE(p.peak(), 16 * GiB);
+}
+
+TEST(Planner, ShrinkingBudgetShrinksThePlanAndEndsInRefusal) {
+    const auto m = sd15();
+    double last_peak = 1e30;
+    bool saw_smaller_rows = false, saw_smaller_chunk = false, refused = false;
+    for (double budget = 12 * GiB; budget > 1 * GiB; budget *= 0.97) {
+        sd::MemoryPlan p;
+        try {
+            p = sd::plan_memory(m, request(1024, 4, budget), 170 * MiB);
+        } catch (const sd::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("--max-memory"), std::string::npos) << e.what();
+            refused = true;
+            break;
+        }
+        EXPECT_LE(p.peak(), budget);
+        EXPECT_LE(p.peak(), last_peak) << "a smaller budget must never get a larger plan";
+        last_peak = p.peak();
+        saw_smaller_rows |= p.unet_rows < 8;
+        saw_smaller_chunk |= p.attention_chunk < 256;
+    }
+    EXPECT_TRUE(saw_smaller_rows);
+    EXPECT_TRUE(refused) << "the planner should refuse before 1 GiB (the UNet weights alone are 3.2 GiB)";
+    // With the UNet pass fixed by the user, the attention chunk is what shrinks.
+    for (double budget = 12 * GiB; budget > 3 * GiB && !saw_smaller_chunk; budget *= 0.99) {
+        auto r = request(1024, 4, budget);
+        r.unet_rows = 8;
+        try {
+            saw_smaller_chunk |= sd::plan_memory(m, r, 170 * MiB).attention_chunk < 256;
+        } catch (const sd::Error&) {
+            break;
+        }
+    }
+    EXPECT_TRUE(saw_smaller_chunk);
+}
+
+TEST(Planner, SequentialLoadingIsTheFirstThingGivenUp) {
+    const auto m = sd15();
+    auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 170 * MiB);
+    auto tight = sd::plan_memory(m, request(512, 1, roomy.peak() - 1), 170 * MiB);
+    EXPECT_FALSE(roomy.sequential);
+    EXPECT_TRUE(tight.sequential);
+    EXPECT_EQ(tight.unet_rows, roomy.unet_rows);
+    EXPECT_EQ(tight.attention_chunk, roomy.attention_chunk);
+}
+
+TEST(Planner, RefusalNamesABudgetThatWorks) {
+    const auto m = sd15();
+    try {
+        sd::plan_memory(m, request(512, 1, 2 * GiB), 170 * MiB);
+        FAIL() << "2 GiB cannot hold 3.2 GiB of UNet weights";
+    } catch (const sd::Error& e) {
+        const std::string msg = e.what();
+        auto pos = msg.find("--max-memory ");
+        ASSERT_NE(pos, std::string::npos) << msg;
+        const std::string suggested = msg.substr(pos + 13, msg.find(' ', pos + 13) - pos - 13);
+        auto p = sd::plan_memory(m, request(512, 1, sd::parse_size(suggested)), 170 * MiB);
+        EXPECT_TRUE(p.sequential);
+    }
+}
+
+TEST(Planner, AllHeadsAtOnceCostsHeadsTimesPerHead) {
+    const auto m = sd15();
+    sd::MemoryPlan full, per_head;
+    full.attention_mode = 0;
+    per_head.attention_mode = 1;
+    auto r = request(512, 1, 64 * GiB);
+    EXPECT_NEAR(sd::predict(m, r, 0, full).unet.scores / sd::predict(m, r, 0, per_head).unet.scores, 8.0, 1e-9);
+}
+
+// ---- end to end on the tiny model ----
+
+struct MemoryConformance : ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+TEST_P(MemoryConformance, MatchesReferenceRun) {
+    const auto& [name, attention, sequential] = GetParam();
+    sdtest::check_cli_case(case_dir(name), tiny_model(),
+                           {"--attention", attention, "--sequential-load", sequential, "--threads", "1"});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyCases, MemoryConformance,
+    ::testing::Combine(::testing::Values("p1_plms50_64x64", "p2_plms10_64x96", "p3_ddim10_64x64", "p4_plms10_batch2_64x64"),
+                       ::testing::Values("full", "per-head", "chunked:16", "auto"), ::testing::Values("on", "off")),
+    [](const auto& info) {
+        std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_seq_" + std::get<2>(info.param);
+        for (auto& ch : s)
+            if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+        return s;
+    });
+
+TEST(MicroBatch, OneImagePerPassMatchesTheBatchOfTwo) {
+    sdtest::check_cli_case(case_dir("p4_plms10_batch2_64x64"), tiny_model(), {"--batch-size", "1", "--threads", "1"});
+}
+
+TEST(PlanFlag, PrintsEveryStageAndExits) {
+    auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--plan"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const char* s : {"text encoder", "unet", "vae decoder", "predicted peak"})
+        EXPECT_NE(r.out.find(s), std::string::npos) << r.out;
+}
+
+TEST(PlanFlag, TooSmallBudgetIsRefusedWithTheBudgetThatWouldWork) {
+    auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--max-memory", "20M",
+                  "--outdir", sdtest::temp_dir()});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("not enough memory"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--max-memory"), std::string::npos) << r.err;
+}
+
+TEST(Precision, HalfAndBfloatComputeAreRefusedOnCpuWithTheReason) {
+    for (const char* p : {"fp16", "bf16"}) {
+        auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--precision", p, "--outdir", sdtest::temp_dir()});
+        EXPECT_EQ(r.exit_code, 1) << p;
+        EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
+        EXPECT_NE(r.err.find("CPU"), std::string::npos) << r.err;
+    }
+}
+
+// Tiled decoding of a 256x256 image in 16-latent-pixel tiles: close to the
+// whole-image decode, and no step at the tile borders larger than the image's
+// own texture.
+TEST(VaeTiling, TilesBlendWithoutSeams) {
+    auto gen = [&](const std::string& tiling) {
+        const std::string out = sdtest::temp_dir();
+        auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "a house", "--H", "256", "--W", "256", "--steps", "4",
+                      "--threads", "1", "--quiet", "--vae-tiling", tiling, "--outdir", out});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return sd::read_png(sdtest::lines(r.out).at(0));
+    };
+    auto whole = gen("off"), tiled = gen("16");
+    ASSERT_EQ(whole.rgb.size(), tiled.rgb.size());
+    double sum = 0;
+    for (size_t i = 0; i < whole.rgb.size(); ++i) sum += std::abs(int(whole.rgb[i]) - int(tiled.rgb[i]));
+    const double mean_diff = sum / static_cast<double>(whole.rgb.size());
+    EXPECT_LT(mean_diff, 8.0) << "tiled decode strays from the whole-image decode";
+    // Horizontal steps between neighbouring columns: at the tiles' overlap
+    // centres versus everywhere, relative to the same columns of the whole decode.
+    auto column_step = [](const sd::Image& im, int x) {
+        double s = 0;
+        for (int y = 0; y < im.height; ++y)
+            for (int c = 0; c < 3; ++c)
+                s += std::abs(int(im.rgb[(y * im.width + x + 1) * 3 + c]) - int(im.rgb[(y * im.width + x) * 3 + c]));
+        return s;
+    };
+    double worst_ratio = 0;
+    for (int x = 0; x + 1 < tiled.width; ++x)
+        worst_ratio = std::max(worst_ratio, column_step(tiled, x) / std::max(1.0, column_step(whole, x)));
+    EXPECT_LT(worst_ratio, 1.5) << "a column step in the tiled image is much larger than in the whole decode";
+}
