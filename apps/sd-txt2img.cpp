@@ -144,13 +144,19 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
     std::cerr << plan.describe();
     const double resident = plan.sequential ? 0 : plan.text.weights + plan.unet.weights + plan.vae.weights;
     auto line = [&](const char* stage, const sd::StagePrediction& s, long long measured) {
-        const double predicted = plan.sequential ? s.total(plan.base) : plan.base + resident + s.activations + s.scores;
+        const double predicted = plan.sequential ? s.total(plan.base) : plan.base + resident + s.transient();
         std::cerr << "  " << stage << " peak: predicted " << sd::format_size(predicted) << ", measured "
                   << sd::format_size(static_cast<double>(measured)) << "\n";
     };
     line("text encoder", plan.text, m.text);
     line("unet        ", plan.unet, m.unet);
     line("vae decoder ", plan.vae, m.vae);
+    const auto& t = pipeline.timings();
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, start to first step %.2f s\n",
+                  t.text_load, t.unet_load, t.vae_load, t.start_to_first_step);
+    std::cerr << "sd-txt2img: " << buf;
 }
 
 }  // namespace
@@ -195,7 +201,7 @@ int main(int argc, char** argv) {
     app.add_flag("--json", json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", save_latents, "write the run's final latents to this .npy file");
     // Memory: see README "Memory". Unset choices are left to the planner.
-    std::string max_memory, sequential_load = "auto", vae_tiling = "auto", precision = "fp32";
+    std::string max_memory, sequential_load = "auto", vae_tiling = "auto", precision = "fp32", weights = "fp32";
     int batch_size = 0;
     bool show_plan = false, verbose = false;
     app.add_option("--attention", attention, "auto, full, per-head or chunked[:N]")->capture_default_str();
@@ -204,8 +210,10 @@ int main(int argc, char** argv) {
     app.add_option("--batch-size", batch_size, "images per UNet pass (default: the planner decides)");
     app.add_option("--vae-tiling", vae_tiling, "auto, on, off, or a tile edge in latent pixels")->capture_default_str();
     app.add_option("--precision", precision, "compute precision: fp32 (fp16 and bf16 are refused on CPU)")->capture_default_str();
+    app.add_option("--weights", weights, "fp32 or fp16: how the UNet and VAE weights are held in memory (computed in fp32)")
+        ->capture_default_str();
     app.add_flag("--plan", show_plan, "print the memory plan (predicted peak of each stage) and exit");
-    app.add_flag("--verbose", verbose, "after the run, print predicted vs measured peak memory per stage");
+    app.add_flag("--verbose", verbose, "after the run, print predicted vs measured peak memory per stage and load times");
     app.add_option("--threads", threads, "CPU threads (0: one per core)")->capture_default_str();
     app.add_flag("--tokenize", tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", quiet, "no progress on stderr");
@@ -271,6 +279,7 @@ int main(int argc, char** argv) {
         options.attention = attention;
         options.threads = threads;
         options.precision = precision;
+        options.weights = weights;
         options.measure_stages = verbose;
         if (!max_memory.empty()) options.max_memory = sd::parse_size(max_memory);
         options.sequential = parse_switch("--sequential-load", sequential_load);

@@ -145,21 +145,78 @@ class TextEncoder(nn.Module):
         return self.text_model(ids)
 
 
+# --------------------------------------------------------------------------- layers
+# The UNet and the VAE decoder are built from these instead of the torch.nn ones.
+# Their weights may be held in another dtype than they compute in (fp16 weights
+# with fp32 compute on a CPU, `--weights fp16`): each layer casts its weights to
+# the input's dtype as it runs, so only one layer's fp32 copy exists at a time.
+# With matching dtypes `.to` returns the tensor itself: no copy, same results.
+
+
+def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    if t is None:
+        return None
+    return t.to(dtype)
+
+
+class Linear(nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight.to(x.dtype), _cast(self.bias, x.dtype))
+
+
+class Conv2d(nn.Conv2d):
+    """A Conv2d that can also run in slices of output channels: `conv_split`
+    (bytes, set from C++ like the attention attributes; 0 = whole) caps the
+    weight bytes of one call, since oneDNN copies a conv's whole weight into
+    its own layout on every call and the largest SD 1.x weight is 118 MB."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0):
+        super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
+        self.conv_split: int = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        out_ch = w.shape[0]
+        per_call = out_ch
+        if self.conv_split > 0:
+            per_call = max(1, self.conv_split // (w[0].numel() * 4))
+        if per_call >= out_ch:
+            return self._conv_forward(x, w.to(x.dtype), _cast(self.bias, x.dtype))
+        parts: List[torch.Tensor] = []
+        for start in range(0, out_ch, per_call):
+            b = self.bias
+            if b is not None:
+                b = b[start:start + per_call].to(x.dtype)
+            parts.append(self._conv_forward(x, w[start:start + per_call].to(x.dtype), b))
+        return torch.cat(parts, 1)
+
+
+class GroupNorm(nn.GroupNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.group_norm(x, self.num_groups, _cast(self.weight, x.dtype), _cast(self.bias, x.dtype), self.eps)
+
+
+class LayerNorm(nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.normalized_shape, _cast(self.weight, x.dtype), _cast(self.bias, x.dtype), self.eps)
+
+
 # --------------------------------------------------------------------------- UNet
 
 class GroupNorm32(nn.GroupNorm):
     """The UNet's GroupNorm: computed in fp32 whatever the input dtype (as the reference)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.group_norm(x.float(), self.num_groups, self.weight, self.bias, self.eps).to(x.dtype)
+        return F.group_norm(x.float(), self.num_groups, _cast(self.weight, torch.float32),
+                            _cast(self.bias, torch.float32), self.eps).to(x.dtype)
 
 
 def unet_norm(channels: int) -> GroupNorm32:
     return GroupNorm32(32, channels, eps=1e-5)
 
 
-def transformer_norm(channels: int) -> nn.GroupNorm:
-    return nn.GroupNorm(32, channels, eps=1e-6, affine=True)
+def transformer_norm(channels: int) -> GroupNorm:
+    return GroupNorm(32, channels, eps=1e-6, affine=True)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
@@ -174,11 +231,11 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -
 
 # Every layer inside a UNet block takes (x, emb, context), so a block is a plain loop.
 
-class EmbConv2d(nn.Conv2d):
+class EmbConv2d(Conv2d):
     """A Conv2d usable inside a UNet block (input_blocks.0.0)."""
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        return self._conv_forward(x, self.weight, self.bias)
+        return self._conv_forward(x, self.weight.to(x.dtype), _cast(self.bias, x.dtype))
 
 
 class TimestepEmbedSequential(nn.Sequential):
@@ -192,14 +249,14 @@ class ResBlock(nn.Module):
     def __init__(self, channels: int, emb_channels: int, out_channels: int):
         super().__init__()
         # nn.Identity stands where the reference has Dropout, keeping the checkpoint's indices.
-        self.in_layers = nn.Sequential(unet_norm(channels), nn.SiLU(), nn.Conv2d(channels, out_channels, 3, padding=1))
-        self.emb_layers = nn.Sequential(nn.SiLU(), nn.Linear(emb_channels, out_channels))
+        self.in_layers = nn.Sequential(unet_norm(channels), nn.SiLU(), Conv2d(channels, out_channels, 3, padding=1))
+        self.emb_layers = nn.Sequential(nn.SiLU(), Linear(emb_channels, out_channels))
         self.out_layers = nn.Sequential(unet_norm(out_channels), nn.SiLU(), nn.Identity(),
-                                        nn.Conv2d(out_channels, out_channels, 3, padding=1))
+                                        Conv2d(out_channels, out_channels, 3, padding=1))
         if out_channels == channels:
             self.skip_connection = nn.Identity()
         else:
-            self.skip_connection = nn.Conv2d(channels, out_channels, 1)
+            self.skip_connection = Conv2d(channels, out_channels, 1)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         h = self.in_layers(x)
@@ -212,7 +269,7 @@ class ResBlock(nn.Module):
 class Downsample(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
-        self.op = nn.Conv2d(channels, channels, 3, stride=2, padding=1)
+        self.op = Conv2d(channels, channels, 3, stride=2, padding=1)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         return self.op(x)
@@ -221,7 +278,7 @@ class Downsample(nn.Module):
 class Upsample(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
-        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv = Conv2d(channels, channels, 3, padding=1)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
@@ -234,10 +291,10 @@ class CrossAttention(nn.Module):
         self.heads = heads
         self.dim_head = dim_head
         self.scale = dim_head ** -0.5
-        self.to_q = nn.Linear(query_dim, inner, bias=False)
-        self.to_k = nn.Linear(context_dim, inner, bias=False)
-        self.to_v = nn.Linear(context_dim, inner, bias=False)
-        self.to_out = nn.Sequential(nn.Linear(inner, query_dim), nn.Identity())
+        self.to_q = Linear(query_dim, inner, bias=False)
+        self.to_k = Linear(context_dim, inner, bias=False)
+        self.to_v = Linear(context_dim, inner, bias=False)
+        self.to_out = nn.Sequential(Linear(inner, query_dim), nn.Identity())
         # Plain attributes (not constants) so C++ can change them after loading.
         self.attention_mode: int = DEFAULT_ATTENTION_MODE
         self.attention_chunk: int = DEFAULT_ATTENTION_CHUNK
@@ -283,7 +340,7 @@ class CrossAttention(nn.Module):
 class GEGLU(nn.Module):
     def __init__(self, dim_in: int, dim_out: int):
         super().__init__()
-        self.proj = nn.Linear(dim_in, dim_out * 2)
+        self.proj = Linear(dim_in, dim_out * 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, gate = self.proj(x).chunk(2, dim=-1)
@@ -294,10 +351,19 @@ class FeedForward(nn.Module):
     def __init__(self, dim: int, mult: int = 4):
         super().__init__()
         inner = dim * mult
-        self.net = nn.Sequential(GEGLU(dim, inner), nn.Identity(), nn.Linear(inner, dim))
+        self.net = nn.Sequential(GEGLU(dim, inner), nn.Identity(), Linear(inner, dim))
+        # Tokens per call (0 = all): GEGLU's [tokens, 8 x dim] temporaries are the
+        # largest of a transformer block at 64x64 latents (~100 MB a row).
+        self.ff_chunk: int = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        n = x.shape[1]
+        if self.ff_chunk <= 0 or self.ff_chunk >= n:
+            return self.net(x)
+        out = torch.empty((x.shape[0], n, x.shape[2]), dtype=x.dtype, device=x.device)
+        for start in range(0, n, self.ff_chunk):
+            out[:, start:start + self.ff_chunk] = self.net(x[:, start:start + self.ff_chunk])
+        return out
 
 
 class BasicTransformerBlock(nn.Module):
@@ -306,9 +372,9 @@ class BasicTransformerBlock(nn.Module):
         self.attn1 = CrossAttention(dim, dim, heads, dim_head)
         self.ff = FeedForward(dim)
         self.attn2 = CrossAttention(dim, context_dim, heads, dim_head)
-        self.norm1 = nn.LayerNorm(dim)
-        self.norm2 = nn.LayerNorm(dim)
-        self.norm3 = nn.LayerNorm(dim)
+        self.norm1 = LayerNorm(dim)
+        self.norm2 = LayerNorm(dim)
+        self.norm3 = LayerNorm(dim)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         x = self.attn1(self.norm1(x)) + x
@@ -328,11 +394,11 @@ class SpatialTransformer(nn.Module):
         self.inner = inner
         self.norm = transformer_norm(channels)
         if use_linear:
-            self.proj_in = nn.Linear(channels, inner)
-            self.proj_out = nn.Linear(inner, channels)
+            self.proj_in = Linear(channels, inner)
+            self.proj_out = Linear(inner, channels)
         else:
-            self.proj_in = nn.Conv2d(channels, inner, 1)
-            self.proj_out = nn.Conv2d(inner, channels, 1)
+            self.proj_in = Conv2d(channels, inner, 1)
+            self.proj_out = Conv2d(inner, channels, 1)
         self.transformer_blocks = nn.ModuleList(
             [BasicTransformerBlock(inner, heads, dim_head, context_dim) for _ in range(depth)])
 
@@ -375,7 +441,7 @@ class UNetModel(nn.Module):
         super().__init__()
         self.model_channels = model_channels
         emb_dim = model_channels * 4
-        self.time_embed = nn.Sequential(nn.Linear(model_channels, emb_dim), nn.SiLU(), nn.Linear(emb_dim, emb_dim))
+        self.time_embed = nn.Sequential(Linear(model_channels, emb_dim), nn.SiLU(), Linear(emb_dim, emb_dim))
 
         def transformer(ch: int) -> SpatialTransformer:
             heads, dim_head = attention_heads(ch, num_heads, num_head_channels)
@@ -415,7 +481,7 @@ class UNetModel(nn.Module):
                     ds //= 2
                 self.output_blocks.append(TimestepEmbedSequential(*layers))
 
-        self.out = nn.Sequential(unet_norm(ch), nn.SiLU(), nn.Conv2d(model_channels, out_channels, 3, padding=1))
+        self.out = nn.Sequential(unet_norm(ch), nn.SiLU(), Conv2d(model_channels, out_channels, 3, padding=1))
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         if t.dim() == 0:
@@ -435,8 +501,8 @@ class UNetModel(nn.Module):
 
 # --------------------------------------------------------------------------- VAE decoder
 
-def vae_norm(channels: int) -> nn.GroupNorm:
-    return nn.GroupNorm(32, channels, eps=1e-6, affine=True)
+def vae_norm(channels: int) -> GroupNorm:
+    return GroupNorm(32, channels, eps=1e-6, affine=True)
 
 
 def swish(x: torch.Tensor) -> torch.Tensor:
@@ -448,11 +514,11 @@ class ResnetBlock(nn.Module):
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
         self.norm1 = vae_norm(in_channels)
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.conv1 = Conv2d(in_channels, out_channels, 3, padding=1)
         self.norm2 = vae_norm(out_channels)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
+        self.conv2 = Conv2d(out_channels, out_channels, 3, padding=1)
         if in_channels != out_channels:
-            self.nin_shortcut = nn.Conv2d(in_channels, out_channels, 1)
+            self.nin_shortcut = Conv2d(in_channels, out_channels, 1)
         else:
             self.nin_shortcut = nn.Identity()
 
@@ -468,10 +534,10 @@ class AttnBlock(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.norm = vae_norm(channels)
-        self.q = nn.Conv2d(channels, channels, 1)
-        self.k = nn.Conv2d(channels, channels, 1)
-        self.v = nn.Conv2d(channels, channels, 1)
-        self.proj_out = nn.Conv2d(channels, channels, 1)
+        self.q = Conv2d(channels, channels, 1)
+        self.k = Conv2d(channels, channels, 1)
+        self.v = Conv2d(channels, channels, 1)
+        self.proj_out = Conv2d(channels, channels, 1)
         self.attention_mode: int = DEFAULT_ATTENTION_MODE
         self.attention_chunk: int = DEFAULT_ATTENTION_CHUNK
 
@@ -504,7 +570,7 @@ class AttnBlock(nn.Module):
 class VAEUpsample(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
-        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv = Conv2d(channels, channels, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
@@ -557,7 +623,7 @@ class Decoder(nn.Module):
         levels = len(ch_mult)
         block_in = ch * ch_mult[-1]
         curr_res = resolution // 2 ** (levels - 1)
-        self.conv_in = nn.Conv2d(z_channels, block_in, 3, padding=1)
+        self.conv_in = Conv2d(z_channels, block_in, 3, padding=1)
         self.mid = DecoderMid(block_in)
         ups: List[nn.Module] = []
         for i_level in reversed(range(levels)):
@@ -570,7 +636,7 @@ class Decoder(nn.Module):
         # Indexed as in the checkpoint: up.0 is the finest level, run last.
         self.up = nn.ModuleList(ups)
         self.norm_out = vae_norm(block_in)
-        self.conv_out = nn.Conv2d(block_in, out_ch, 3, padding=1)
+        self.conv_out = Conv2d(block_in, out_ch, 3, padding=1)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         h = self.mid(self.conv_in(z))
@@ -587,7 +653,7 @@ class VAEDecoder(nn.Module):
     def __init__(self, embed_dim: int = 4, ch: int = 128, out_ch: int = 3, ch_mult=(1, 2, 4, 4),
                  num_res_blocks: int = 2, attn_resolutions=(), resolution: int = 256, z_channels: int = 4):
         super().__init__()
-        self.post_quant_conv = nn.Conv2d(embed_dim, z_channels, 1)
+        self.post_quant_conv = Conv2d(embed_dim, z_channels, 1)
         self.decoder = Decoder(ch, out_ch, ch_mult, num_res_blocks, attn_resolutions, resolution, z_channels)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

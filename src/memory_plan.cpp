@@ -18,15 +18,21 @@ namespace sd {
 // UNet activations = a fixed part + a part per latent pixel and row.
 // Per pixel: the skip list plus kUnetTransientPerChannel x model_channels
 // floats of block temporaries. Fixed: kUnetFixedPerLargestConv x the largest
-// conv weight (oneDNN reorders each conv's weight into a temporary on every
-// call). Both fitted to measured peaks at 256x256 and 512x512, docs/memory.md.
-static constexpr double kUnetTransientPerChannel = 5.0;
+// conv weight bytes of one call (oneDNN reorders each conv's weight into a
+// temporary on every call). Fitted to whole runs at 512x512 with 1 and 16
+// rows per pass, docs/memory.md.
+static constexpr double kUnetTransientPerChannel = 8.0;
 static constexpr double kUnetFixedPerLargestConv = 1.4;
 // VAE decoder: floats per output pixel, in units of ch, at the finest level
 // (upsampled 2ch input, its conv, ResnetBlock temporaries). See docs/memory.md.
 static constexpr double kVaeFloatsPerChannel = 8.0;
 // Text encoder: activations are small next to its weights.
 static constexpr double kTextActivationFloatsPerToken = 24.0;
+// Layer settings every plan uses (models/sd_modules.py): the feed-forward runs
+// over this many tokens at a time and a conv call takes at most this many
+// weight bytes, which bounds the transient copies of the largest layers.
+static constexpr int kFeedForwardChunk = 1024;
+static constexpr double kConvSplitBytes = 32.0 * 1024 * 1024;
 
 double parse_size(const std::string& text) {
     std::string t;
@@ -87,6 +93,7 @@ MemoryModel memory_model(const ModelConfig& c) {
     m.text_weights = file_size(c.text_encoder_path);
     m.unet_weights = file_size(c.unet_path);
     m.vae_weights = file_size(c.vae_decoder_path);
+    m.half_file = c.dtype == "float16";
     m.latent_channels = c.latent_channels;
     m.downsample = c.downsample_factor;
     if (c.architecture_json.empty()) return m;  // older export: SD 1.x defaults
@@ -145,8 +152,7 @@ std::string MemoryPlan::attention_name() const {
 double MemoryPlan::peak() const {
     if (sequential) return std::max({text.total(base), unet.total(base), vae.total(base)});
     const double weights = text.weights + unet.weights + vae.weights;
-    const double act = std::max({text.activations + text.scores, unet.activations + unet.scores, vae.activations + vae.scores});
-    return base + weights + act;
+    return base + weights + std::max({text.transient(), unet.transient(), vae.transient()});
 }
 
 MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, const MemoryPlan& choice) {
@@ -156,13 +162,25 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double h = r.height / m.downsample, w = r.width / m.downsample;
     const double rows = p.unet_rows;
 
-    p.text.weights = m.text_weights;
+    p.half_weights = r.half_weights;
+    p.ff_chunk = kFeedForwardChunk;
+    p.conv_split = static_cast<int64_t>(kConvSplitBytes);
+    // Weights as held: the text encoder always in fp32, the others as asked.
+    // Loading holds the file's tensors, converted one at a time.
+    auto weights = [&](StagePrediction& s, double file, bool half) {
+        s.weights = file * (half ? 2.0 : 4.0) / (m.half_file ? 2.0 : 4.0);
+        s.load = std::max(file, s.weights);
+    };
+
+    weights(p.text, m.text_weights, false);
     p.text.activations = 2.0 * r.images * m.text_ctx * m.text_width * 4.0 * kTextActivationFloatsPerToken;
     p.text.scores = 2.0 * r.images * m.text_heads * m.text_ctx * m.text_ctx * 4.0;
 
-    p.unet.weights = m.unet_weights;
+    weights(p.unet, m.unet_weights, r.half_weights);
     const double hw = h * w;
-    p.unet.activations = kUnetFixedPerLargestConv * m.unet_largest_conv_bytes +
+    // fp16 weights add the fp32 copy of the layer that runs.
+    const double conv = std::min(m.unet_largest_conv_bytes, kConvSplitBytes);
+    p.unet.activations = (kUnetFixedPerLargestConv + (r.half_weights ? 1.0 : 0.0)) * conv +
                          rows * hw * 4.0 * (m.unet_skip_floats + kUnetTransientPerChannel * m.model_channels);
     if (m.attn_level >= 0) {
         const double n = hw / std::pow(4.0, m.attn_level);
@@ -170,7 +188,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     }
 
     // The VAE decodes one image at a time, whole or in overlapping tiles.
-    p.vae.weights = m.vae_weights;
+    weights(p.vae, m.vae_weights, r.half_weights);
     const double th = p.vae_tile > 0 ? std::min<double>(h, p.vae_tile) : h;
     const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
     const double pixels = th * tw * m.downsample * m.downsample;
@@ -192,6 +210,9 @@ std::string MemoryPlan::describe() const {
     o << "  stage loading: " << (sequential ? "sequential (one stage in memory at a time)" : "all stages resident") << "\n";
     o << "  attention: " << attention_name() << ", UNet rows per pass: " << unet_rows
       << ", VAE: " << (vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px" : std::string("whole image")) << "\n";
+    o << "  weights held in " << (half_weights ? "fp16 (UNet, VAE; computed in fp32)" : "fp32")
+      << ", feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
+      << format_size(static_cast<double>(conv_split)) << "\n";
     o << "  predicted peak: " << format_size(peak()) << "\n";
     return o.str();
 }
@@ -239,7 +260,7 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
                 smallest.attention_name() + " attention, " + std::to_string(smallest.unet_rows) + " UNet rows, " +
                 (smallest.vae_tile ? "VAE tiles of " + std::to_string(smallest.vae_tile) : std::string("whole-image VAE")) +
                 ") needs about " + format_size(smallest_peak) + "; use --max-memory " + suggest_size(smallest_peak) +
-                " or more, or a smaller image");
+                " or more" + (r.half_weights ? "" : ", --weights fp16") + " or a smaller image");
 }
 
 }  // namespace sd

@@ -4,6 +4,7 @@
 // how much it would need). The model of memory is derived in docs/memory.md
 // and checked against measurements in docs/benchmarks.md.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,11 +28,15 @@ struct MemoryRequest {
     std::optional<int> attention_chunk;
     std::optional<int> unet_rows;             // rows per UNet pass (2 per image with guidance)
     std::optional<int> vae_tile;              // latent tile edge; 0 = no tiling
+    bool half_weights = false;                // --weights fp16: UNet and VAE weights held in fp16
 };
 
 struct StagePrediction {
     double weights = 0, activations = 0, scores = 0;
-    double total(double base) const { return base + weights + activations + scores; }
+    double load = 0;  // peak while loading (the file, and the weights if they are converted)
+    // What the stage needs beyond its resident weights at its peak.
+    double transient() const { return std::max(activations + scores, load - weights); }
+    double total(double base) const { return base + weights + transient(); }
 };
 
 struct MemoryPlan {
@@ -39,6 +44,10 @@ struct MemoryPlan {
     int attention_mode = 2, attention_chunk = 256;
     int unet_rows = 2;
     int vae_tile = 0;  // latent tile edge, 0 = whole image
+    bool half_weights = false;
+    // Always on (they cost no speed and change results only by rounding):
+    int ff_chunk = 0;          // feed-forward tokens per call, 0 = all
+    int64_t conv_split = 0;    // conv weight bytes per call, 0 = whole weight
     double base = 0;   // the process before any stage is loaded
     double budget = 0;
     StagePrediction text, unet, vae;
@@ -50,6 +59,7 @@ struct MemoryPlan {
 // Architecture constants of the memory model, read from model.json.
 struct MemoryModel {
     double text_weights = 0, unet_weights = 0, vae_weights = 0;  // bytes (sizes of the .pt files)
+    bool half_file = false;        // the .pt files hold fp16 weights
     int latent_channels = 4, downsample = 8;
     int model_channels = 320;
     double unet_skip_floats = 0;   // floats per latent pixel held in the UNet's skip list, per row

@@ -31,11 +31,19 @@ std::string short_message(const c10::Error& e) {
     return nl == std::string::npos ? m : m.substr(0, nl);
 }
 
-torch::jit::Module load_stage(const std::string& path) {
+torch::jit::Module load_stage(const std::string& path, at::ScalarType weights) {
     if (!file_exists(path)) throw Error("model file " + path + " is missing");
     try {
         auto m = torch::jit::load(path, torch::kCPU);
         m.eval();
+        // Module::to replaces one tensor at a time, so converting costs at most
+        // one extra tensor, not a second copy of the weights.
+        for (const auto& p : m.parameters()) {
+            if (p.is_floating_point() && p.scalar_type() != weights) {
+                m.to(weights);
+                break;
+            }
+        }
         return m;
     } catch (const c10::Error& e) {
         throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");
@@ -50,6 +58,13 @@ void set_attention(torch::jit::Module& m, const AttentionSetting& a) {
             sub.setattr("attention_mode", static_cast<int64_t>(a.mode));
             sub.setattr("attention_chunk", static_cast<int64_t>(a.chunk));
         }
+    }
+}
+
+void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split) {
+    for (auto sub : m.modules()) {
+        if (sub.hasattr("ff_chunk")) sub.setattr("ff_chunk", static_cast<int64_t>(ff_chunk));
+        if (sub.hasattr("conv_split")) sub.setattr("conv_split", conv_split);
     }
 }
 

@@ -17,12 +17,18 @@ struct AttentionSetting {
 AttentionSetting parse_attention(const std::string& text);
 
 // torch::jit::load with a one-line sd::Error naming the file when it is
-// missing, truncated or not a TorchScript module.
-torch::jit::Module load_stage(const std::string& path);
+// missing, truncated or not a TorchScript module. The floating-point weights
+// are then held as `weights` (kFloat: an fp16 file is widened; kHalf: the
+// layers widen each weight as they run, docs/model-format.md).
+torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat);
 
 // Sets the strategy on every attention module inside m (the int attributes
 // attention_mode / attention_chunk of docs/model-format.md).
 void set_attention(torch::jit::Module& m, const AttentionSetting& a);
+
+// Sets the feed-forward token chunk (ff_chunk, 0 = all tokens) and the conv
+// weight bytes per call (conv_split, 0 = whole) on every layer that has them.
+void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split);
 
 // The first line of a LibTorch error, without its C++ backtrace.
 std::string short_message(const c10::Error& e);

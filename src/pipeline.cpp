@@ -40,13 +40,11 @@ at::Tensor decode_tiled(torch::jit::Module& vae, const at::Tensor& z, int tile, 
     at::Tensor out, weight;
     // A ramp over `overlap * factor` pixels on each side that meets another tile.
     auto ramp = [&](int64_t len, bool lo, bool hi) {
+        const double n = static_cast<double>(overlap * factor);
+        const auto i = at::arange(len, at::kFloat);
         auto r = at::ones({len});
-        const int64_t n = overlap * factor;
-        for (int64_t i = 0; i < n && i < len; ++i) {
-            const float v = (static_cast<float>(i) + 0.5f) / static_cast<float>(n);
-            if (lo) r[i] = std::min(r[i].item<float>(), v);
-            if (hi) r[len - 1 - i] = std::min(r[len - 1 - i].item<float>(), v);
-        }
+        if (lo) r = at::minimum(r, (i + 0.5) / n);
+        if (hi) r = at::minimum(r, (static_cast<double>(len - 1) - i + 0.5) / n);
         return r;
     };
     for (size_t yi = 0; yi < ys.size(); ++yi) {
@@ -79,9 +77,19 @@ struct Pipeline::Impl {
     std::optional<torch::jit::Module> text_encoder, unet, vae;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
     StagePeaks peaks;
+    StageTimes times;
 
-    torch::jit::Module& stage(std::optional<torch::jit::Module>& slot, const std::string& path) {
-        if (!slot) slot = load_stage(path);
+    // The text encoder always holds fp32 weights: it runs alone, before the UNet.
+    at::ScalarType weight_type(const std::string& path) const {
+        return options.weights == "fp16" && path != config.text_encoder_path ? at::kHalf : at::kFloat;
+    }
+
+    torch::jit::Module& stage(std::optional<torch::jit::Module>& slot, const std::string& path, double* seconds) {
+        if (!slot) {
+            const double start = seconds_since_process_start();
+            slot = load_stage(path, weight_type(path));
+            *seconds += seconds_since_process_start() - start;
+        }
         return *slot;
     }
 
@@ -93,15 +101,16 @@ struct Pipeline::Impl {
     // Long prompts and weighting: conditioning.h.
     Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                              const GenerateSettings& s) {
-        auto& te = stage(text_encoder, config.text_encoder_path);
+        auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
         TextEncodeFn encode = [&](const at::Tensor& ids) { return te.forward({ids}).toTensor(); };
         return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
     }
 
     // Decodes one image at a time (the VAE's activations grow with pixels).
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan) {
-        auto& dec = stage(vae, config.vae_decoder_path);
+        auto& dec = stage(vae, config.vae_decoder_path, &times.vae_load);
         set_attention(dec, {static_cast<AttentionMode>(plan.attention_mode), plan.attention_chunk});
+        set_layer_memory(dec, plan.ff_chunk, plan.conv_split);
         const at::Tensor z = latents * (1.0 / config.scale_factor);
         std::vector<at::Tensor> images;
         for (int64_t i = 0; i < z.size(0); ++i) {
@@ -127,6 +136,7 @@ struct Pipeline::Impl {
         }
         if (options.batch_size) r.unet_rows = *options.batch_size * (r.guidance ? 2 : 1);
         if (options.vae_tile) r.vae_tile = *options.vae_tile;
+        r.half_weights = options.weights == "fp16";
         return r;
     }
 };
@@ -140,6 +150,8 @@ Pipeline::Pipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl
                                                  : std::string("bf16 instructions on this CPU (18-50x slower than fp32)")) +
                     "; use --precision fp32");
     if (options.precision != "fp32") throw Error("unknown --precision '" + options.precision + "' (fp32, fp16 or bf16)");
+    if (options.weights != "fp32" && options.weights != "fp16")
+        throw Error("unknown --weights '" + options.weights + "' (fp32 or fp16)");
     if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     impl_->config = load_model_config(options.model_dir);
@@ -154,6 +166,7 @@ Pipeline::~Pipeline() = default;
 const ModelConfig& Pipeline::config() const { return impl_->config; }
 const ClipTokenizer& Pipeline::tokenizer() const { return *impl_->tokenizer; }
 const StagePeaks& Pipeline::measured() const { return impl_->peaks; }
+const StageTimes& Pipeline::timings() const { return impl_->times; }
 
 void Pipeline::check(const GenerateSettings& s) const {
     const auto& c = impl_->config;
@@ -185,6 +198,7 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
     const int64_t n = static_cast<int64_t>(prompts.size());
     const int64_t h = s.height / c.downsample_factor, w = s.width / c.downsample_factor;
     im.peaks = {};
+    const bool first_batch = im.times.start_to_first_step == 0;
     const bool measure = im.options.measure_stages;
     auto start_measure = [&] {
         if (measure) reset_peak_rss();
@@ -201,8 +215,9 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         // Sampling, with the UNet run in passes of at most plan.unet_rows rows.
         start_measure();
         at::Tensor x = at::randn({n, c.latent_channels, h, w}, im.gen);
-        auto& unet = im.stage(im.unet, c.unet_path);
+        auto& unet = im.stage(im.unet, c.unet_path, &im.times.unet_load);
         set_attention(unet, {static_cast<AttentionMode>(plan.attention_mode), plan.attention_chunk});
+        set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
         const double scale = s.scale;
         const at::Tensor context = scale == 1.0 ? cond : at::cat({uncond, cond});
         const int64_t rows_per_pass = plan.unet_rows;
@@ -224,6 +239,7 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         StepFn on_step = nullptr;
         if (progress) on_step = [&](int i, int total, const at::Tensor&, const at::Tensor&) { progress(i + 1, total); };
         const SamplerSettings ks{s.sampler, s.schedule, s.steps, parse_parameterization(c.parameterization)};
+        if (first_batch) im.times.start_to_first_step = seconds_since_process_start();
         at::Tensor latents = sample(ks, eps, x, c.alphas_cumprod, im.gen, on_step).contiguous();
         if (plan.sequential) im.release(im.unet);
         im.peaks.unet = stage_peak();

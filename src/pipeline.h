@@ -26,6 +26,7 @@ struct PipelineOptions {
     std::optional<int> batch_size;       // images per UNet pass; unset: the planner decides
     std::optional<int> vae_tile;         // latent tile edge for the VAE, 0: whole image; unset: the planner decides
     std::string precision = "fp32";      // compute precision: fp32 (fp16/bf16 are refused on CPU, see README)
+    std::string weights = "fp32";        // fp32 | fp16: how the UNet and VAE weights are held (computed in fp32)
     // Measure each stage's peak (resets the kernel's peak counter, so the
     // process-wide peak that /usr/bin/time reports then covers only the last stage).
     bool measure_stages = false;
@@ -34,6 +35,14 @@ struct PipelineOptions {
 // Peak resident memory measured while each stage ran (bytes; 0 if it did not run).
 struct StagePeaks {
     long long text = 0, unet = 0, vae = 0;
+};
+
+// Seconds spent loading each stage over all generate() calls (sequential
+// loading reloads them for every batch), and the time from process start to
+// the first sampler step of the first batch.
+struct StageTimes {
+    double text_load = 0, unet_load = 0, vae_load = 0;
+    double start_to_first_step = 0;
 };
 
 struct GenerateSettings {
@@ -76,6 +85,7 @@ public:
 
     // Peaks measured during the last generate().
     const StagePeaks& measured() const;
+    const StageTimes& timings() const;
 
     // Seeds the run's generator; every batch then draws its start noise from it in turn.
     void seed(uint64_t seed);

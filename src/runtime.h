@@ -22,4 +22,8 @@ bool reset_peak_rss();
 // Hands freed heap memory back to the OS (glibc keeps it otherwise).
 void release_free_memory();
 
+// Seconds since this process started (Linux: /proc/self/stat), so that
+// start-up costs before main() count too.
+double seconds_since_process_start();
+
 }  // namespace sd

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "conformance_util.h"
 #include "error.h"
@@ -129,6 +130,49 @@ TEST(Planner, AllHeadsAtOnceCostsHeadsTimesPerHead) {
     EXPECT_NEAR(sd::predict(m, r, 0, full).unet.scores / sd::predict(m, r, 0, per_head).unet.scores, 8.0, 1e-9);
 }
 
+TEST(Planner, HalfWeightsHalveTheUnetAndCountTheLayerCopy) {
+    const auto m = sd15();
+    auto r = request(512, 1, 64 * GiB);
+    sd::MemoryPlan c;
+    c.sequential = true;
+    c.unet_rows = 1;
+    const auto full = sd::predict(m, r, 0, c);
+    r.half_weights = true;
+    const auto half = sd::predict(m, r, 0, c);
+    EXPECT_NEAR(half.unet.weights, full.unet.weights / 2, 1.0);
+    EXPECT_NEAR(half.vae.weights, full.vae.weights / 2, 1.0);
+    EXPECT_NEAR(half.text.weights, full.text.weights, 1.0) << "the text encoder stays fp32";
+    EXPECT_GT(half.unet.activations, full.unet.activations) << "the widened copy of the running layer";
+    // Loading an fp32 file holds all of it before the conversion: that is the UNet's peak then.
+    EXPECT_NEAR(half.unet.total(0), m.unet_weights, 1.0);
+    // From an fp16 file, nothing is converted and the steady state is the peak.
+    auto m16 = m;
+    m16.half_file = true;
+    m16.unet_weights /= 2;
+    const auto from16 = sd::predict(m16, r, 0, c);
+    EXPECT_NEAR(from16.unet.weights, half.unet.weights, 1.0);
+    EXPECT_LT(from16.unet.total(0), 0.6 * full.unet.total(0));
+    // ... and widened to fp32 at load it costs what an fp32 file costs.
+    r.half_weights = false;
+    EXPECT_NEAR(sd::predict(m16, r, 0, c).unet.total(0), full.unet.total(0), 1.0);
+}
+
+TEST(Planner, TightBudgetSuggestsHalfWeights) {
+    try {
+        sd::plan_memory(sd15(), request(512, 1, 2.5 * GiB), 170 * MiB);
+        FAIL() << "2.5 GiB cannot hold 3.2 GiB of fp32 UNet weights";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--weights fp16"), std::string::npos) << e.what();
+    }
+    auto r = request(512, 1, 2.5 * GiB);
+    r.half_weights = true;
+    auto m16 = sd15();
+    m16.half_file = true;
+    m16.unet_weights /= 2;
+    m16.vae_weights /= 2;
+    EXPECT_NO_THROW(sd::plan_memory(m16, r, 170 * MiB));
+}
+
 // ---- end to end on the tiny model ----
 
 struct MemoryConformance : ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
@@ -150,6 +194,46 @@ INSTANTIATE_TEST_SUITE_P(
         return s;
     });
 
+// The fixture's weights are fp16-representable, so an fp16 export must give
+// the reference run both when widened at load and when each layer widens its
+// weights as it runs (--weights fp16).
+struct HalfWeightFile : ::testing::TestWithParam<std::string> {};
+
+TEST_P(HalfWeightFile, MatchesReferenceRun) {
+    sdtest::check_cli_case(case_dir("p4_plms10_batch2_64x64"), sdtest::test_models() + "/tiny-f16",
+                           {"--weights", GetParam(), "--threads", "1"});
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyCases, HalfWeightFile, ::testing::Values("fp32", "fp16"));
+
+TEST(HalfWeights, Fp32FileHeldInFp16MatchesReferenceRun) {
+    sdtest::check_cli_case(case_dir("p3_ddim10_64x64"), tiny_model(), {"--weights", "fp16", "--threads", "1"});
+}
+
+// The plan the run follows holds the UNet in half (the saving itself is
+// measured on the full-size model, docs/benchmarks.md).
+TEST(HalfWeights, PlanHoldsTheUnetInHalf) {
+    auto unet_weights = [&](const std::string& weights) {
+        auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--plan",
+                      "--weights", weights});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        for (const auto& line : sdtest::lines(r.out))
+            if (line.find("unet") != std::string::npos) return line.substr(line.find("weights"), line.find(',') - line.find("weights"));
+        return std::string("no unet line in ") + r.out;
+    };
+    const std::string full = unet_weights("fp32"), half = unet_weights("fp16");
+    EXPECT_NE(full, half);
+    auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--plan", "--weights", "fp16"});
+    EXPECT_NE(r.out.find("weights held in fp16"), std::string::npos) << r.out;
+}
+
+TEST(HalfWeights, UnknownWeightTypeIsRefused) {
+    auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--weights", "int8", "--outdir", sdtest::temp_dir()});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("--weights"), std::string::npos) << r.err;
+}
+
 TEST(MicroBatch, OneImagePerPassMatchesTheBatchOfTwo) {
     sdtest::check_cli_case(case_dir("p4_plms10_batch2_64x64"), tiny_model(), {"--batch-size", "1", "--threads", "1"});
 }
@@ -168,6 +252,25 @@ TEST(PlanFlag, TooSmallBudgetIsRefusedWithTheBudgetThatWouldWork) {
     EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
     EXPECT_NE(r.err.find("not enough memory"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("--max-memory"), std::string::npos) << r.err;
+}
+
+TEST(VerboseSummary, PredictedAndMeasuredPeaksAndLoadTimes) {
+    auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--steps", "2",
+                  "--sampler", "ddim", "--quiet", "--verbose", "--outdir", sdtest::temp_dir()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const char* stage : {"text encoder peak: predicted", "unet         peak: predicted", "vae decoder  peak: predicted"})
+        EXPECT_NE(r.err.find(stage), std::string::npos) << r.err;
+    double text = -1, unet = -1, vae = -1, first = -1;
+    const auto pos = r.err.find("timing: ");
+    ASSERT_NE(pos, std::string::npos) << r.err;
+    ASSERT_EQ(std::sscanf(r.err.c_str() + pos,
+                          "timing: text encoder load %lf s, UNet load %lf s, VAE load %lf s, start to first step %lf s",
+                          &text, &unet, &vae, &first), 4)
+        << r.err;
+    // Both loads happen before the first step, and the process start before them.
+    EXPECT_GT(first, 0);
+    EXPECT_GE(first + 0.02, text + unet) << r.err;  // /proc's clock ticks are 10 ms
+    EXPECT_GE(vae, 0);
 }
 
 TEST(Precision, HalfAndBfloatComputeAreRefusedOnCpuWithTheReason) {

@@ -4,6 +4,7 @@
 
 #include <torch/script.h>
 
+#include "conformance_util.h"
 #include "model.h"
 #include "npy.h"
 #include "samplers.h"
@@ -111,18 +112,7 @@ TEST(Stages, SamplerStepsReplayingReferenceUnet) {
             EXPECT_LE(max_abs_diff(x0, steps_x0[i]), 1e-4 * steps_x0.abs().max().item<double>()) << c << " step " << i;
         };
         const int requested = static_cast<int>(steps_x.size(0));
-        std::vector<float> ac;
-        {
-            // alphas_cumprod as the exported model.json holds them
-            auto j = sdtest::read_text(sdtest::test_models() + "/tiny-st/model.json");
-            auto pos = j.find("\"alphas_cumprod\"");
-            ASSERT_NE(pos, std::string::npos);
-            pos = j.find('[', pos);
-            auto end = j.find(']', pos);
-            std::stringstream ss(j.substr(pos + 1, end - pos - 1));
-            std::string item;
-            while (std::getline(ss, item, ',')) ac.push_back(std::stof(item));
-        }
+        const auto ac = sdtest::model_alphas_cumprod(sdtest::test_models() + "/tiny-st");
         ASSERT_EQ(ac.size(), 1000u);
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
         auto latents = sd::sample(sampler, eps, noise, ac, requested, gen, on_step);

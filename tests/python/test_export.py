@@ -241,6 +241,39 @@ class ExportTinyTest(unittest.TestCase):
         # The fixture's weights are fp16-representable, so nothing is lost.
         self.assert_same_weights(self.st_dir, out, convert=lambda t: t.float())
 
+    def test_layers_widen_half_weights_and_split_work_without_changing_results(self):
+        # The UNet/VAE layers of sd_modules: fp16 weights computed in fp32 give
+        # the fp32 layer's result on the widened weights; conv_split and
+        # ff_chunk run the same layer in pieces.
+        sys.path.insert(0, os.path.join(REPO, "models"))
+        import sd_modules
+        torch.manual_seed(0)
+        conv = sd_modules.Conv2d(8, 24, 3, padding=1).eval()
+        x = torch.randn(2, 8, 6, 6)
+        with torch.no_grad():
+            ref = conv(x)
+            conv.conv_split = 8 * 9 * 4 * 5  # five output channels a call
+            split = conv(x)
+            conv.conv_split = 0
+            conv.half()
+            widened = conv(x)
+            again = torch.nn.functional.conv2d(x, conv.weight.float(), conv.bias.float(), padding=1)
+        self.assertTrue(torch.equal(ref, split))
+        self.assertEqual(widened.dtype, torch.float32)
+        self.assertTrue(torch.equal(widened, again))
+        self.assertLess((widened - ref).abs().max().item(), 1e-2)
+        ff = sd_modules.FeedForward(16).eval()
+        t = torch.randn(2, 37, 16)
+        with torch.no_grad():
+            whole = ff(t)
+            ff.ff_chunk = 5
+            pieces = ff(t)
+        self.assertLess((whole - pieces).abs().max().item(), 1e-6)
+        # Scripted, the attributes stay settable (C++ sets them after loading).
+        scripted = torch.jit.script(sd_modules.FeedForward(16).eval())
+        scripted.ff_chunk = 5
+        self.assertEqual(scripted.ff_chunk, 5)
+
     def test_random_init_is_deterministic(self):
         a, b = self.tmpdir("rand_a"), self.tmpdir("rand_b")
         for out in (a, b):

@@ -25,6 +25,24 @@ class FixtureCopies(unittest.TestCase):
         # tiny/ alone holds the checkpoint, configs and 4 cases of 18 files each.
         self.assertGreater(compared, 70)
 
+    @unittest.skipUnless(os.path.isdir(SHARED), "no ../shared/conformance next to the checkout")
+    def test_copied_sets_are_complete(self):
+        # Whole sets copied for the k-sampler and SD 2.x tests; tiny2.ckpt is
+        # not copied (the tests make it from tiny2.safetensors).
+        not_copied = {os.path.join("tiny2", "tiny2.ckpt")}
+        for sub in ("tiny/cases_k", "tiny2"):
+            mine, shared = os.path.join(FIXTURES, sub), os.path.join(SHARED, sub)
+            expected = {f for f in files_under(shared) if os.path.join(sub, f) not in not_copied}
+            self.assertEqual(files_under(mine), expected, sub)
+
+
+def files_under(root):
+    found = set()
+    for d, _, names in os.walk(root):
+        for n in names:
+            found.add(os.path.relpath(os.path.join(d, n), root))
+    return found
+
 
 if __name__ == "__main__":
     unittest.main()
