@@ -375,8 +375,8 @@ def markdown(args, info, blas, peaks, flops, runs, profile, read_s, command):
             L.append("Planner's attention choice: " + "; ".join(attn) + ".")
         L.append("")
         L.append("* s/step: " + runs[0]["s_per_step_from"] + " as the CLI prints them (each step's own time); "
-                 "step 1 also holds loading, prompt encoding and TorchScript's first (profiling) run, and "
-                 "step 2 its graph optimisation.")
+                 "step 1 also holds loading and prompt encoding (the CLI turns TorchScript's graph "
+                 "optimiser off, so later steps are alike).")
         L.append("* UNet GFLOP/step: one forward on 2 rows, counted from the architecture in `model.json` "
                  "(Conv2d, Linear, attention's q·kᵀ and w·v per head; multiply-add = 2 FLOP; GroupNorm, "
                  "LayerNorm, softmax, activations and element-wise ops ignored).")
