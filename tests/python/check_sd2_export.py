@@ -7,11 +7,9 @@ Named check_*.py so that the test_*.py discovery of python_export_tests does not
 second time: CTest runs it as its own test (python_sd2_export_tests), in parallel.
 """
 
-import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -21,9 +19,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-EXPORT = os.path.join(REPO, "scripts", "export_model.py")
 sys.path.insert(0, HERE)
 import diffusers_writer  # noqa: E402
+from test_export import load_exporter, run_export  # noqa: E402  (the export script, loaded and run)
 
 
 def fixture_dir(name, probe):
@@ -31,17 +29,6 @@ def fixture_dir(name, probe):
         if os.path.isfile(os.path.join(d, probe)):
             return d
     raise unittest.SkipTest(f"no {name} fixtures")
-
-
-def load_exporter():
-    spec = importlib.util.spec_from_file_location("export_model", EXPORT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def run_export(*args):
-    return subprocess.run([sys.executable, EXPORT, *args], capture_output=True, text=True, timeout=300)
 
 
 def read_json(path):
