@@ -143,9 +143,11 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
     const auto& m = pipeline.measured();
     std::cerr << plan.describe();
     const double resident = plan.sequential ? 0 : plan.text.weights + plan.unet.weights + plan.vae.weights;
+    // On a GPU the prediction is of device memory, which RSS does not see.
+    const char* measured_what = pipeline.compute().device == "cpu" ? ", measured " : ", host RSS measured ";
     auto line = [&](const char* stage, const sd::StagePrediction& s, long long measured) {
         const double predicted = plan.sequential ? s.total(plan.base) : plan.base + resident + s.transient();
-        std::cerr << "  " << stage << " peak: predicted " << sd::format_size(predicted) << ", measured "
+        std::cerr << "  " << stage << " peak: predicted " << sd::format_size(predicted) << measured_what
                   << sd::format_size(static_cast<double>(measured)) << "\n";
     };
     line("text encoder", plan.text, m.text);
@@ -201,7 +203,7 @@ int main(int argc, char** argv) {
     app.add_flag("--json", json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", save_latents, "write the run's final latents to this .npy file");
     // Memory: see README "Memory". Unset choices are left to the planner.
-    std::string max_memory, sequential_load = "auto", vae_tiling = "auto", precision = "fp32", weights = "fp32";
+    std::string max_memory, sequential_load = "auto", vae_tiling = "auto", precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0;
     bool show_plan = false, verbose = false;
     app.add_option("--attention", attention, "auto, full, per-head or chunked[:N]")->capture_default_str();
@@ -209,8 +211,10 @@ int main(int argc, char** argv) {
     app.add_option("--sequential-load", sequential_load, "auto, on (one stage in memory at a time) or off")->capture_default_str();
     app.add_option("--batch-size", batch_size, "images per UNet pass (default: the planner decides)");
     app.add_option("--vae-tiling", vae_tiling, "auto, on, off, or a tile edge in latent pixels")->capture_default_str();
-    app.add_option("--precision", precision, "compute precision: fp32 (fp16 and bf16 are refused on CPU)")->capture_default_str();
-    app.add_option("--weights", weights, "fp32 or fp16: how the UNet and VAE weights are held in memory (computed in fp32)")
+    app.add_option("--device", device, "auto (cuda if available), cpu, cuda or cuda:N")->capture_default_str();
+    app.add_option("--precision", precision, "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
+        ->capture_default_str();
+    app.add_option("--weights", weights, "how the UNet and VAE weights are held: auto (as computed), fp32 or fp16")
         ->capture_default_str();
     app.add_flag("--plan", show_plan, "print the memory plan (predicted peak of each stage) and exit");
     app.add_flag("--verbose", verbose, "after the run, print predicted vs measured peak memory per stage and load times");
@@ -278,6 +282,7 @@ int main(int argc, char** argv) {
         options.model_dir = model_dir;
         options.attention = attention;
         options.threads = threads;
+        options.device = device;
         options.precision = precision;
         options.weights = weights;
         options.measure_stages = verbose;
@@ -292,6 +297,9 @@ int main(int argc, char** argv) {
             return 0;
         }
         job.model_name = model_name(pipeline.config(), model_dir);
+        if (pipeline.compute().device == "cpu" && pipeline.compute().precision == "bf16")
+            std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
+                      << std::endl;
 
         sd::Txt2ImgEvents events;
         events.image_written = [&](const sd::ImageRecord& r) {

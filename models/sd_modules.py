@@ -191,14 +191,18 @@ class Conv2d(nn.Conv2d):
         return torch.cat(parts, 1)
 
 
+# The norms compute in fp32 whatever the input dtype (half or bf16 compute on a
+# GPU, as autocast does); for fp32 input `.float()` is the tensor itself.
 class GroupNorm(nn.GroupNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.group_norm(x, self.num_groups, _cast(self.weight, x.dtype), _cast(self.bias, x.dtype), self.eps)
+        return F.group_norm(x.float(), self.num_groups, _cast(self.weight, torch.float32),
+                            _cast(self.bias, torch.float32), self.eps).to(x.dtype)
 
 
 class LayerNorm(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.normalized_shape, _cast(self.weight, x.dtype), _cast(self.bias, x.dtype), self.eps)
+        return F.layer_norm(x.float(), self.normalized_shape, _cast(self.weight, torch.float32),
+                            _cast(self.bias, torch.float32), self.eps).to(x.dtype)
 
 
 # --------------------------------------------------------------------------- UNet
@@ -301,8 +305,10 @@ class CrossAttention(nn.Module):
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         # q [B, n, d], k and v [B, m, d] -> [B, n, d]; the reference's two einsums.
-        sim = torch.bmm(q, k.transpose(1, 2)) * self.scale
-        return torch.bmm(sim.softmax(dim=-1), v)
+        # Scores and softmax in fp32 under half compute: fp16 scores overflow (black
+        # SD 2.x images). With fp32 input both casts return the tensor itself.
+        sim = torch.bmm(q.float(), k.float().transpose(1, 2)) * self.scale
+        return torch.bmm(sim.softmax(dim=-1).to(v.dtype), v)
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None) -> torch.Tensor:
         if context is None:
@@ -552,17 +558,18 @@ class AttnBlock(nn.Module):
         k = k.reshape(b, c, n)                   # b, c, n
         v = v.reshape(b, c, n)
         scale = int(c) ** (-0.5)
+        k32 = k.float()  # scores and softmax in fp32 under half compute (CrossAttention._attend)
         # One head only, so modes 0 and 1 are the same computation.
         chunk = n
         if self.attention_mode == 2 and self.attention_chunk > 0:  # chunked
             chunk = self.attention_chunk
         if chunk >= n:
-            w_ = torch.softmax(torch.bmm(q, k) * scale, dim=2)
+            w_ = torch.softmax(torch.bmm(q.float(), k32) * scale, dim=2).to(v.dtype)
             h_ = torch.bmm(v, w_.permute(0, 2, 1))
         else:
             h_ = torch.empty((b, c, n), dtype=q.dtype, device=q.device)
             for start in range(0, n, chunk):
-                w_ = torch.softmax(torch.bmm(q[:, start:start + chunk], k) * scale, dim=2)
+                w_ = torch.softmax(torch.bmm(q[:, start:start + chunk].float(), k32) * scale, dim=2).to(v.dtype)
                 h_[:, :, start:start + chunk] = torch.bmm(v, w_.permute(0, 2, 1))
         return x + self.proj_out(h_.reshape(b, c, hh, ww))
 

@@ -163,6 +163,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double rows = p.unet_rows;
 
     p.half_weights = r.half_weights;
+    p.compute = std::string("fp32 on cpu, weights held in ") + (r.half_weights ? "fp16" : "fp32");
     p.ff_chunk = kFeedForwardChunk;
     p.conv_split = static_cast<int64_t>(kConvSplitBytes);
     // Weights as held: the text encoder always in fp32, the others as asked.
@@ -210,8 +211,8 @@ std::string MemoryPlan::describe() const {
     o << "  stage loading: " << (sequential ? "sequential (one stage in memory at a time)" : "all stages resident") << "\n";
     o << "  attention: " << attention_name() << ", UNet rows per pass: " << unet_rows
       << ", VAE: " << (vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px" : std::string("whole image")) << "\n";
-    o << "  weights held in " << (half_weights ? "fp16 (UNet, VAE; computed in fp32)" : "fp32")
-      << ", feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
+    o << "  compute: " << compute << "\n";
+    o << "  feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
       << format_size(static_cast<double>(conv_split)) << "\n";
     o << "  predicted peak: " << format_size(peak()) << "\n";
     return o.str();

@@ -45,6 +45,7 @@ struct MemoryPlan {
     int unet_rows = 2;
     int vae_tile = 0;  // latent tile edge, 0 = whole image
     bool half_weights = false;
+    std::string compute;  // "fp32 on cpu, weights held in fp32": the pipeline's ComputeChoice, for describe()
     // Set by every plan (results change only by float rounding):
     int ff_chunk = 0;          // feed-forward tokens per call, 0 = all
     int64_t conv_split = 0;    // conv weight bytes per call, 0 = whole weight

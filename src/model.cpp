@@ -31,7 +31,7 @@ std::string short_message(const c10::Error& e) {
     return nl == std::string::npos ? m : m.substr(0, nl);
 }
 
-torch::jit::Module load_stage(const std::string& path, at::ScalarType weights) {
+torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device) {
     if (!file_exists(path)) throw Error("model file " + path + " is missing");
     try {
         auto m = torch::jit::load(path, torch::kCPU);
@@ -44,6 +44,7 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights) {
                 break;
             }
         }
+        if (!device.is_cpu()) m.to(device);
         return m;
     } catch (const c10::Error& e) {
         throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");

@@ -19,8 +19,10 @@ AttentionSetting parse_attention(const std::string& text);
 // torch::jit::load with a one-line sd::Error naming the file when it is
 // missing, truncated or not a TorchScript module. The floating-point weights
 // are then held as `weights` (kFloat: an fp16 file is widened; kHalf: the
-// layers widen each weight as they run, docs/model-format.md).
-torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat);
+// layers widen each weight as they run, docs/model-format.md), and moved to
+// `device` after that conversion, so a GPU never holds the file's own dtype.
+torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
+                              c10::Device device = c10::kCPU);
 
 // Sets the strategy on every attention module inside m (the int attributes
 // attention_mode / attention_chunk of docs/model-format.md).

@@ -1,7 +1,9 @@
 #include "pipeline.h"
 
+#include <functional>
 #include <optional>
 
+#include <torch/cuda.h>
 #include <torch/script.h>
 
 #include "conditioning.h"
@@ -16,11 +18,56 @@ namespace sd {
 
 namespace {
 
+// The GPU budget when --max-memory is not given: this LibTorch has no CUDA
+// headers to ask the driver, and 4 GiB is the smallest GPU SD users run on.
+constexpr double kDefaultGpuBudget = 4.0 * (1 << 30);
+
+at::ScalarType dtype_named(const std::string& name) {
+    if (name == "fp16") return at::kHalf;
+    if (name == "bf16") return at::kBFloat16;
+    return at::kFloat;
+}
+
+// Resolves --device, --precision and --weights, or throws sd::Error naming
+// what cannot run here.
+ComputeChoice resolve_compute(const PipelineOptions& o) {
+    ComputeChoice c;
+    const bool have_cuda = torch::cuda::is_available();
+    const std::string dev = o.device == "auto" ? (have_cuda ? "cuda" : "cpu") : o.device;
+    if (dev == "cuda" || dev.rfind("cuda:", 0) == 0) {
+        const std::string index = dev.size() > 5 ? dev.substr(5) : "0";
+        if (index.empty() || index.size() > 3 || index.find_first_not_of("0123456789") != std::string::npos)
+            throw Error("unknown --device '" + o.device + "' (auto, cpu, cuda or cuda:N)");
+        if (!have_cuda)
+            throw Error("--device " + o.device + ": no CUDA GPU is available (this LibTorch is built for CPU only, "
+                        "or no GPU is visible); use --device cpu");
+        if (std::stoi(index) >= static_cast<int>(torch::cuda::device_count()))
+            throw Error("--device " + o.device + ": there are only " + std::to_string(torch::cuda::device_count()) +
+                        " CUDA devices");
+        c.device = "cuda:" + std::to_string(std::stoi(index));
+    } else if (dev != "cpu") {
+        throw Error("unknown --device '" + o.device + "' (auto, cpu, cuda or cuda:N)");
+    }
+    const bool cpu = c.device == "cpu";
+    c.precision = o.precision == "auto" ? (cpu ? "fp32" : "fp16") : o.precision;
+    if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16")
+        throw Error("unknown --precision '" + o.precision + "' (auto, fp32, fp16 or bf16)");
+    if (cpu && c.precision == "fp16")
+        throw Error("--precision fp16 is not available on CPU: LibTorch 1.13 has no fp16 convolution kernels on CPU; "
+                    "use --precision fp32 (--weights fp16 still halves the weights)");
+    if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16")
+        throw Error("unknown --weights '" + o.weights + "' (auto, fp32 or fp16)");
+    c.weights = o.weights == "auto" ? c.precision : o.weights;
+    return c;
+}
+
+using DecodeFn = std::function<at::Tensor(const at::Tensor&)>;
+
 // Decodes latents [1, C, h, w] in overlapping tiles of `tile` latent pixels and
 // blends them with linear ramps across each overlap, so the peak is that of
 // one tile. Each tile normalises over itself (GroupNorm), so tiles differ
 // slightly at their edges; the ramps fade one into the next without a seam.
-at::Tensor decode_tiled(torch::jit::Module& vae, const at::Tensor& z, int tile, int factor) {
+at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int tile, int factor) {
     const int64_t h = z.size(2), w = z.size(3);
     const int64_t overlap = std::max<int64_t>(2, tile / 4);
     auto starts = [&](int64_t size) {
@@ -50,7 +97,7 @@ at::Tensor decode_tiled(torch::jit::Module& vae, const at::Tensor& z, int tile, 
     for (size_t yi = 0; yi < ys.size(); ++yi) {
         for (size_t xi = 0; xi < xs.size(); ++xi) {
             const int64_t y = ys[yi], x = xs[xi];
-            auto piece = vae.forward({z.slice(2, y, y + th).slice(3, x, x + tw).contiguous()}).toTensor();
+            auto piece = decode_one(z.slice(2, y, y + th).slice(3, x, x + tw).contiguous());
             if (!out.defined()) {
                 out = at::zeros({1, piece.size(1), h * factor, w * factor});
                 weight = at::zeros({1, 1, h * factor, w * factor});
@@ -68,8 +115,17 @@ at::Tensor decode_tiled(torch::jit::Module& vae, const at::Tensor& z, int tile, 
 
 }  // namespace
 
+std::string ComputeChoice::describe() const {
+    std::string s = precision + " on " + device;
+    if (precision != "fp32") s += " (attention scores, softmax and norms in fp32)";
+    return s + ", weights held in " + weights + " (text encoder: fp32)";
+}
+
 struct Pipeline::Impl {
     PipelineOptions options;
+    ComputeChoice compute;
+    c10::Device device = c10::kCPU;
+    at::ScalarType compute_type = at::kFloat, held_type = at::kFloat;  // UNet and VAE
     ModelConfig config;
     MemoryModel memory;
     double base_rss = 0;
@@ -81,13 +137,21 @@ struct Pipeline::Impl {
 
     // The text encoder always holds fp32 weights: it runs alone, before the UNet.
     at::ScalarType weight_type(const std::string& path) const {
-        return options.weights == "fp16" && path != config.text_encoder_path ? at::kHalf : at::kFloat;
+        return path == config.text_encoder_path ? at::kFloat : held_type;
     }
+
+    // Stage inputs go to the device in the compute dtype; outputs come back as
+    // fp32 on the CPU, where the sampler and its generator live (so a seed gives
+    // the same start noise on every device). On CPU in fp32 these are no-ops.
+    at::Tensor to_device(const at::Tensor& t) const {
+        return t.is_floating_point() ? t.to(device, compute_type) : t.to(device);
+    }
+    static at::Tensor to_host(const at::Tensor& t) { return t.to(at::kCPU, at::kFloat); }
 
     torch::jit::Module& stage(std::optional<torch::jit::Module>& slot, const std::string& path, double* seconds) {
         if (!slot) {
             const double start = seconds_since_process_start();
-            slot = load_stage(path, weight_type(path));
+            slot = load_stage(path, weight_type(path), device);
             *seconds += seconds_since_process_start() - start;
         }
         return *slot;
@@ -102,7 +166,7 @@ struct Pipeline::Impl {
     Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                              const GenerateSettings& s) {
         auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
-        TextEncodeFn encode = [&](const at::Tensor& ids) { return te.forward({ids}).toTensor(); };
+        TextEncodeFn encode = [&](const at::Tensor& ids) { return to_host(te.forward({ids.to(device)}).toTensor()); };
         return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
     }
 
@@ -112,11 +176,12 @@ struct Pipeline::Impl {
         set_attention(dec, {static_cast<AttentionMode>(plan.attention_mode), plan.attention_chunk});
         set_layer_memory(dec, plan.ff_chunk, plan.conv_split);
         const at::Tensor z = latents * (1.0 / config.scale_factor);
+        const DecodeFn decode_one = [&](const at::Tensor& zi) { return to_host(dec.forward({to_device(zi)}).toTensor()); };
         std::vector<at::Tensor> images;
         for (int64_t i = 0; i < z.size(0); ++i) {
             auto zi = z.slice(0, i, i + 1);
-            images.push_back(plan.vae_tile > 0 ? decode_tiled(dec, zi, plan.vae_tile, config.downsample_factor)
-                                               : dec.forward({zi}).toTensor());
+            images.push_back(plan.vae_tile > 0 ? decode_tiled(decode_one, zi, plan.vae_tile, config.downsample_factor)
+                                               : decode_one(zi));
         }
         return at::cat(images);
     }
@@ -127,7 +192,9 @@ struct Pipeline::Impl {
         r.width = s.width;
         r.images = images;
         r.guidance = s.scale != 1.0;
-        r.budget = options.max_memory > 0 ? options.max_memory : available_memory();
+        r.budget = options.max_memory > 0 ? options.max_memory
+                   : device.is_cpu()      ? available_memory()
+                                          : kDefaultGpuBudget;
         r.sequential = options.sequential;
         if (options.attention != "auto") {
             auto a = parse_attention(options.attention);
@@ -136,7 +203,7 @@ struct Pipeline::Impl {
         }
         if (options.batch_size) r.unet_rows = *options.batch_size * (r.guidance ? 2 : 1);
         if (options.vae_tile) r.vae_tile = *options.vae_tile;
-        r.half_weights = options.weights == "fp16";
+        r.half_weights = held_type != at::kFloat;
         return r;
     }
 };
@@ -144,14 +211,10 @@ struct Pipeline::Impl {
 Pipeline::Pipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl>()) {
     impl_->options = options;
     if (options.attention != "auto") parse_attention(options.attention);  // reject bad names up front
-    if (options.precision == "fp16" || options.precision == "bf16")
-        throw Error("--precision " + options.precision + " is not available on CPU: LibTorch 1.13 has no " +
-                    (options.precision == "fp16" ? std::string("fp16 convolution, linear or norm kernels on CPU")
-                                                 : std::string("bf16 instructions on this CPU (18-50x slower than fp32)")) +
-                    "; use --precision fp32");
-    if (options.precision != "fp32") throw Error("unknown --precision '" + options.precision + "' (fp32, fp16 or bf16)");
-    if (options.weights != "fp32" && options.weights != "fp16")
-        throw Error("unknown --weights '" + options.weights + "' (fp32 or fp16)");
+    impl_->compute = resolve_compute(options);
+    impl_->device = c10::Device(impl_->compute.device);
+    impl_->compute_type = dtype_named(impl_->compute.precision);
+    impl_->held_type = dtype_named(impl_->compute.weights);
     if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     impl_->config = load_model_config(options.model_dir);
@@ -165,6 +228,7 @@ Pipeline::~Pipeline() = default;
 
 const ModelConfig& Pipeline::config() const { return impl_->config; }
 const ClipTokenizer& Pipeline::tokenizer() const { return *impl_->tokenizer; }
+const ComputeChoice& Pipeline::compute() const { return impl_->compute; }
 const StagePeaks& Pipeline::measured() const { return impl_->peaks; }
 const StageTimes& Pipeline::timings() const { return impl_->times; }
 
@@ -183,7 +247,10 @@ void Pipeline::check(const GenerateSettings& s) const {
 }
 
 MemoryPlan Pipeline::plan(const GenerateSettings& s, int images) const {
-    return plan_memory(impl_->memory, impl_->request(s, images), impl_->base_rss);
+    // On a GPU the budget is the device's memory, which the host RSS does not touch.
+    MemoryPlan p = plan_memory(impl_->memory, impl_->request(s, images), impl_->device.is_cpu() ? impl_->base_rss : 0);
+    p.compute = impl_->compute.describe();
+    return p;
 }
 
 void Pipeline::seed(uint64_t seed) { impl_->gen = at::make_generator<at::CPUGeneratorImpl>(seed); }
@@ -219,16 +286,17 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         set_attention(unet, {static_cast<AttentionMode>(plan.attention_mode), plan.attention_chunk});
         set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
         const double scale = s.scale;
-        const at::Tensor context = scale == 1.0 ? cond : at::cat({uncond, cond});
+        const at::Tensor context = im.to_device(scale == 1.0 ? cond : at::cat({uncond, cond}));
         const int64_t rows_per_pass = plan.unet_rows;
         auto run_unet = [&](const at::Tensor& xs, const at::Tensor& ts) {
             const int64_t rows = xs.size(0);
-            if (rows <= rows_per_pass) return unet.forward({xs, ts, context}).toTensor();
+            auto pass = [&](int64_t i, int64_t e) {
+                return im.to_host(unet.forward({im.to_device(xs.slice(0, i, e)), ts.slice(0, i, e).to(im.device),
+                                                context.slice(0, i, e)}).toTensor());
+            };
+            if (rows <= rows_per_pass) return pass(0, rows);
             std::vector<at::Tensor> parts;
-            for (int64_t i = 0; i < rows; i += rows_per_pass) {
-                const int64_t e = std::min(rows, i + rows_per_pass);
-                parts.push_back(unet.forward({xs.slice(0, i, e), ts.slice(0, i, e), context.slice(0, i, e)}).toTensor());
-            }
+            for (int64_t i = 0; i < rows; i += rows_per_pass) parts.push_back(pass(i, std::min(rows, i + rows_per_pass)));
             return at::cat(parts);
         };
         EpsFn eps = [&](const at::Tensor& xt, const at::Tensor& t) -> at::Tensor {

@@ -25,8 +25,9 @@ struct PipelineOptions {
     std::optional<bool> sequential;      // unset: the planner decides
     std::optional<int> batch_size;       // images per UNet pass; unset: the planner decides
     std::optional<int> vae_tile;         // latent tile edge for the VAE, 0: whole image; unset: the planner decides
-    std::string precision = "fp32";      // compute precision: fp32 (fp16/bf16 are refused on CPU, see README)
-    std::string weights = "fp32";        // fp32 | fp16: how the UNet and VAE weights are held (computed in fp32)
+    std::string device = "auto";         // auto (cuda if available, else cpu) | cpu | cuda | cuda:N
+    std::string precision = "auto";      // UNet and VAE compute: auto (cuda fp16, cpu fp32) | fp32 | fp16 | bf16
+    std::string weights = "auto";        // UNet and VAE weights held as: auto (the compute dtype) | fp32 | fp16
     // Measure each stage's peak (resets the kernel's peak counter, so the
     // process-wide peak that /usr/bin/time reports then covers only the last stage).
     bool measure_stages = false;
@@ -56,6 +57,15 @@ struct GenerateSettings {
     bool prompt_weights = true;          // A1111 (text:1.3) / [text] / BREAK syntax (else plain text)
 };
 
+// Where and how the UNet and VAE decoder compute, resolved from the options.
+// The text encoder always computes in fp32 on the same device.
+struct ComputeChoice {
+    std::string device = "cpu";          // "cpu", "cuda:0", ...
+    std::string precision = "fp32";      // fp32 | fp16 | bf16
+    std::string weights = "fp32";        // fp32 | fp16 | bf16
+    std::string describe() const;        // "fp16 on cuda:0 (...), weights held in fp16 (text encoder: fp32)"
+};
+
 // Called after each sampler step: step (1-based) of total.
 using ProgressFn = std::function<void(int step, int total)>;
 
@@ -75,6 +85,7 @@ public:
 
     const ModelConfig& config() const;
     const ClipTokenizer& tokenizer() const;
+    const ComputeChoice& compute() const;
 
     // Throws sd::Error when the model cannot run these settings (size, steps, sampler).
     void check(const GenerateSettings& s) const;
