@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "block_cache.h"
 #include "error.h"
 #include "fs_util.h"
 #include "progress.h"
@@ -159,6 +160,9 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
                   "timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, start to first step %.2f s\n",
                   t.text_load, t.unet_load, t.vae_load, t.start_to_first_step);
     std::cerr << "sd-txt2img: " << buf;
+    const auto c = sd::block_cache_stats();
+    std::cerr << "sd-txt2img: allocator: " << c.hits << " of " << c.hits + c.misses
+              << " large blocks reused, " << sd::format_size(static_cast<double>(c.cached_bytes)) << " kept\n";
 }
 
 }  // namespace

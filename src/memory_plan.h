@@ -46,6 +46,9 @@ struct MemoryPlan {
     int vae_tile = 0;  // latent tile edge, 0 = whole image
     bool half_weights = false;
     std::string compute;  // "fp32 on cpu, weights held in fp32": the pipeline's ComputeChoice, for describe()
+    // Freed blocks the allocator may keep for reuse (block_cache.h), from the
+    // budget's headroom, and what that adds to the predicted peak.
+    double block_cache = 0, block_cache_peak = 0;
     // Set by every plan (results change only by float rounding):
     int ff_chunk = 0;          // feed-forward tokens per call, 0 = all
     int64_t conv_split = 0;    // conv weight bytes per call, 0 = whole weight

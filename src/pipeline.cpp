@@ -6,6 +6,7 @@
 #include <torch/cuda.h>
 #include <torch/script.h>
 
+#include "block_cache.h"
 #include "conditioning.h"
 #include "error.h"
 #include "model.h"
@@ -250,6 +251,7 @@ MemoryPlan Pipeline::plan(const GenerateSettings& s, int images) const {
     // On a GPU the budget is the device's memory, which the host RSS does not touch.
     MemoryPlan p = plan_memory(impl_->memory, impl_->request(s, images), impl_->device.is_cpu() ? impl_->base_rss : 0);
     p.compute = impl_->compute.describe();
+    if (!impl_->device.is_cpu()) p.block_cache = p.block_cache_peak = 0;  // GPU headroom is no host memory
     return p;
 }
 
@@ -261,6 +263,7 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
     auto& im = *impl_;
     const auto& c = im.config;
     const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
+    set_block_cache_limit(static_cast<size_t>(plan.block_cache));
     c10::InferenceMode guard;
     const int64_t n = static_cast<int64_t>(prompts.size());
     const int64_t h = s.height / c.downsample_factor, w = s.width / c.downsample_factor;

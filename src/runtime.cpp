@@ -14,6 +14,8 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include "block_cache.h"
+
 namespace sd {
 
 void configure_runtime(int threads) {
@@ -28,6 +30,7 @@ void configure_runtime(int threads) {
     // after which the UNet's activations come from the heap, fragment it and
     // stay resident: measured +565 MiB peak and +450 MiB kept after one
     // 256x256 UNet pass, against +190 / +63 MiB with a fixed threshold.
+    // (LibTorch's own large blocks now bypass glibc: block_cache.h.)
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     mallopt(M_TRIM_THRESHOLD, 128 * 1024);
     // TorchScript's profiling executor re-optimises each module on its second
@@ -35,6 +38,8 @@ void configure_runtime(int threads) {
     // and left +140 MiB resident for the rest of the run, for no faster steps
     // afterwards (CPU fusion is off in LibTorch 1.13). Run the graphs as written.
     torch::jit::setGraphExecutorOptimize(false);
+    // LibTorch's large CPU blocks then come from a cache the memory plan sizes.
+    install_block_cache();
 }
 
 static long long status_field_kib(const char* field) {

@@ -8,6 +8,7 @@
 
 #include <torch/cuda.h>
 
+#include "block_cache.h"
 #include "conformance_util.h"
 #include "error.h"
 #include "image_io.h"
@@ -101,11 +102,56 @@ TEST(Planner, ShrinkingBudgetShrinksThePlanAndEndsInRefusal) {
 TEST(Planner, SequentialLoadingIsTheFirstThingGivenUp) {
     const auto m = sd15();
     auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 170 * MiB);
-    auto tight = sd::plan_memory(m, request(512, 1, roomy.peak() - 1), 170 * MiB);
+    // Just below the resident plan without freed-block reuse.
+    auto tight = sd::plan_memory(m, request(512, 1, roomy.peak() - roomy.block_cache_peak - 1), 170 * MiB);
     EXPECT_FALSE(roomy.sequential);
     EXPECT_TRUE(tight.sequential);
     EXPECT_EQ(tight.unet_rows, roomy.unet_rows);
     EXPECT_EQ(tight.attention_chunk, roomy.attention_chunk);
+}
+
+// The allocator behind LibTorch's large CPU blocks: a freed block comes back
+// for the next request of its size, nothing beyond the limit is kept, and
+// oneDNN's raw allocations (convolutions) go through it unharmed.
+TEST(BlockCache, ReusesFreedBlocksUpToTheLimit) {
+    sd::install_block_cache();
+    sd::set_block_cache_limit(8 << 20);
+    const auto start = sd::block_cache_stats();
+    void* first = nullptr;
+    {
+        auto t = at::empty({1 << 20});  // 4 MiB
+        first = t.data_ptr();
+    }
+    EXPECT_EQ(sd::block_cache_stats().cached_bytes, start.cached_bytes + (4u << 20));
+    {
+        auto t = at::empty({1 << 20});
+        EXPECT_EQ(t.data_ptr(), first);
+        EXPECT_EQ(sd::block_cache_stats().hits, start.hits + 1);
+    }
+    { auto big = at::empty({4 << 20}); }  // 16 MiB: over the limit, back to the OS
+    EXPECT_LE(sd::block_cache_stats().cached_bytes, 8u << 20);
+    const auto x = at::randn({1, 32, 64, 64}), w = at::randn({64, 32, 3, 3});
+    const auto y1 = at::conv2d(x, w, {}, 1, 1), y2 = at::conv2d(x, w, {}, 1, 1);
+    EXPECT_TRUE(at::equal(y1, y2));
+    sd::set_block_cache_limit(0);
+    EXPECT_EQ(sd::block_cache_stats().cached_bytes, 0u);
+}
+
+// Freed-block reuse takes what the budget leaves over, up to the pass's working
+// set, and the plan with it still fits the budget.
+TEST(Planner, BlockCacheTakesTheHeadroomOnly) {
+    const auto m = sd15();
+    auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 170 * MiB);
+    EXPECT_GT(roomy.block_cache, 1.0 * GiB);
+    EXPECT_GT(roomy.block_cache_peak, 0.5 * roomy.block_cache);
+    EXPECT_LE(roomy.peak(), 16 * GiB);
+    const double lean = roomy.peak() - roomy.block_cache_peak;
+    auto some = sd::plan_memory(m, request(512, 1, lean + 300 * MiB), 170 * MiB);
+    EXPECT_NEAR(some.block_cache, 300 * MiB, 1 * MiB);
+    EXPECT_LE(some.peak(), lean + 300 * MiB);
+    auto none = sd::plan_memory(m, request(512, 1, lean), 170 * MiB);
+    EXPECT_EQ(none.block_cache, 0);
+    EXPECT_EQ(none.peak(), lean);
 }
 
 TEST(Planner, RefusalNamesABudgetThatWorks) {
