@@ -494,8 +494,15 @@ def main(argv=None):
     z = mean + std * torch.randn(mean.shape, generator=gen)
     scale_factor = float(f"{1.0 / z.std().item():.5g}")
     log(f"vae done in {vae_time:.0f} s (rec {rec:.4f}); latent std {z.std().item():.4f} -> scale_factor {scale_factor}")
+    # The UNet can only draw what the autoencoder gives back: judge its reconstructions
+    # with the same check the end-to-end test uses.
+    with torch.no_grad():
+        recon = from_pixels(vae.decode(mean[:256]))
+    vae_pass = sum(demo_world.check(recon[i], captions[i])[0] for i in range(len(recon))) / len(recon)
+    log(f"autoencoder: {vae_pass:.0%} of {len(recon)} training pictures pass demo_world.check after decode(encode(x))")
     # 3. UNet + text encoder
     meta = {"seed": args.seed, "threads": args.threads, "images": args.images, "vae_steps": args.vae_steps,
+            "vae_check_pass": vae_pass,
             "vae_full_steps": args.vae_full_steps,
             "steps": args.steps, "batch": args.batch, "lr": args.lr, "scale_factor": scale_factor}
     history = []
