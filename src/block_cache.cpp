@@ -27,8 +27,9 @@ public:
 
     c10::DataPtr allocate(size_t n) const override {
         if (n < kLargeBlock) {
+            // Its own deleter: freeing it needs neither the lock nor the lookup.
             void* p = c10::alloc_cpu(n);
-            return {p, p, &free_block, c10::Device(c10::DeviceType::CPU)};
+            return {p, p, &c10::free_cpu, c10::Device(c10::DeviceType::CPU)};
         }
         const size_t size = (n + kPage - 1) / kPage * kPage;
         auto& self = instance();  // the one cache; allocate() is const in c10's interface
@@ -44,7 +45,7 @@ public:
         return {p, p, &free_block, c10::Device(c10::DeviceType::CPU)};
     }
 
-    // oneDNN allocates through raw_allocate and frees through this.
+    // oneDNN allocates through raw_allocate and frees through this, small and large alike.
     c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
 
     void set_limit(size_t bytes) {
@@ -90,19 +91,18 @@ private:
         {
             std::lock_guard<std::mutex> lock(mu_);
             auto it = live_.find(p);
-            if (it == live_.end()) {  // a small block, from glibc's heap
-                c10::free_cpu(p);
-                return;
-            }
-            size = it->second;
-            live_.erase(it);
-            if (cached_ + size <= limit_) {
-                free_[size].push_back(p);
-                cached_ += size;
-                return;
+            if (it != live_.end()) {
+                size = it->second;
+                live_.erase(it);
+                if (cached_ + size <= limit_) {
+                    free_[size].push_back(p);
+                    cached_ += size;
+                    return;
+                }
             }
         }
-        munmap(p, size);
+        if (size == 0) c10::free_cpu(p);  // a small block (raw_deallocate), from glibc's heap
+        else munmap(p, size);
     }
 
     std::mutex mu_;

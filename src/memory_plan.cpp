@@ -160,7 +160,7 @@ namespace {
 // Freed-block reuse (block_cache.h), measured on the full-size UNet, fp32,
 // 2 rows: a pass cycles through about 16x its live activations in large
 // blocks (953 MiB at 256², 2.70 GiB at 512²); keeping them all made a step
-// 15-30% faster and raised the peak by about 70% of what was kept
+// 15-33% faster and raised the peak by about 70% of what was kept
 // (+0.68 GiB at 256², +1.71 GiB at 512²). The cache gets what the budget
 // leaves over, so a tight budget runs as before and a loose one runs faster.
 constexpr double kCacheWorkingSetPerActivation = 16;
