@@ -146,14 +146,15 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
     const double resident = plan.sequential ? 0 : plan.text.weights + plan.unet.weights + plan.vae.weights;
     // On a GPU the prediction is of device memory, which RSS does not see.
     const char* measured_what = pipeline.compute().device == "cpu" ? ", measured " : ", host RSS measured ";
-    auto line = [&](const char* stage, const sd::StagePrediction& s, long long measured) {
+    auto line = [&](const char* stage, const sd::StagePrediction& s, long long measured, long long kept) {
         const double predicted = plan.sequential ? s.total(plan.base) : plan.base + resident + s.transient();
-        std::cerr << "  " << stage << " peak: predicted " << sd::format_size(predicted) << measured_what
-                  << sd::format_size(static_cast<double>(measured)) << "\n";
+        std::cerr << "  " << stage << " peak: predicted " << sd::format_size(predicted) << " (freed blocks kept "
+                  << sd::format_size(s.kept) << ")" << measured_what << sd::format_size(static_cast<double>(measured))
+                  << " (kept " << sd::format_size(static_cast<double>(kept)) << ")\n";
     };
-    line("text encoder", plan.text, m.text);
-    line("unet        ", plan.unet, m.unet);
-    line("vae decoder ", plan.vae, m.vae);
+    line("text encoder", plan.text, m.text, m.text_kept);
+    line("unet        ", plan.unet, m.unet, m.unet_kept);
+    line("vae decoder ", plan.vae, m.vae, m.vae_kept);
     const auto& t = pipeline.timings();
     char buf[200];
     std::snprintf(buf, sizeof buf,
@@ -161,8 +162,7 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
                   t.text_load, t.unet_load, t.vae_load, t.start_to_first_step);
     std::cerr << "sd-txt2img: " << buf;
     const auto c = sd::block_cache_stats();
-    std::cerr << "sd-txt2img: allocator: " << c.hits << " of " << c.hits + c.misses
-              << " large blocks reused, " << sd::format_size(static_cast<double>(c.cached_bytes)) << " kept\n";
+    std::cerr << "sd-txt2img: allocator: " << c.hits << " of " << c.hits + c.misses << " large blocks reused\n";
 }
 
 }  // namespace

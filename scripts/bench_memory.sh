@@ -3,7 +3,7 @@
 # prediction (--plan) on a model folder, for each configuration given as
 #   SIZE IMAGES ATTENTION BUDGET SAMPLER STEPS
 # lines on stdin (ATTENTION may be auto; BUDGET may be "-" for none).
-# Prints a Markdown table row per run.
+# Prints a Markdown table row per run (a plan the tool refuses gets its message).
 # Usage: scripts/bench_memory.sh MODEL_DIR < configs.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,11 @@ while read -r size images attention budget sampler steps; do
   args=(--model "$model" --prompt "a photograph of an astronaut riding a horse" --H "$size" --W "$size"
         --n_samples "$images" --attention "$attention" --sampler "$sampler" --steps "$steps" --threads 2)
   [ "$budget" != "-" ] && args+=(--max-memory "$budget")
-  plan=$("$bin" "${args[@]}" --plan)
+  if ! plan=$("$bin" "${args[@]}" --plan 2>&1); then  # refused up front: the row says why
+    printf '| %s² | %s | %s | %s | %s %s | %s | | not run | |\n' "$size" "$images" "$attention" "$budget" \
+      "$sampler" "$steps" "${plan#sd-txt2img: error: }"
+    continue
+  fi
   predicted=$(sed -n 's/.*predicted peak: //p' <<<"$plan")
   choice=$(sed -n 's/^  attention: //p' <<<"$plan")
   seq=$(grep -q "sequential (one" <<<"$plan" && echo "sequential" || echo "resident")

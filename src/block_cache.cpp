@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -53,24 +54,41 @@ public:
         {
             std::lock_guard<std::mutex> lock(mu_);
             limit_ = bytes;
-            for (auto& [size, blocks] : free_) {
-                while (cached_ > limit_ && !blocks.empty()) {
-                    drop.emplace_back(blocks.back(), size);
-                    blocks.pop_back();
-                    cached_ -= size;
-                }
-            }
+            drop = take_kept_over(limit_);
+        }
+        for (auto [p, size] : drop) munmap(p, size);
+    }
+
+    void drop_all() {
+        std::vector<std::pair<void*, size_t>> drop;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            drop = take_kept_over(0);
+            peak_cached_ = 0;
         }
         for (auto [p, size] : drop) munmap(p, size);
     }
 
     BlockCacheStats stats() {
         std::lock_guard<std::mutex> lock(mu_);
-        return {hits_, misses_, cached_};
+        return {hits_, misses_, cached_, peak_cached_};
     }
 
 private:
     static void free_block(void* p) { instance().give_back(p); }
+
+    // Removes kept blocks until at most `keep` bytes remain; the caller unmaps them outside the lock.
+    std::vector<std::pair<void*, size_t>> take_kept_over(size_t keep) {
+        std::vector<std::pair<void*, size_t>> out;
+        for (auto& [size, blocks] : free_) {
+            while (cached_ > keep && !blocks.empty()) {
+                out.emplace_back(blocks.back(), size);
+                blocks.pop_back();
+                cached_ -= size;
+            }
+        }
+        return out;
+    }
 
     void* take(size_t size) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -97,6 +115,7 @@ private:
                 if (cached_ + size <= limit_) {
                     free_[size].push_back(p);
                     cached_ += size;
+                    peak_cached_ = std::max(peak_cached_, cached_);
                     return;
                 }
             }
@@ -108,7 +127,7 @@ private:
     std::mutex mu_;
     std::unordered_map<void*, size_t> live_;  // large blocks in use, by address
     std::unordered_map<size_t, std::vector<void*>> free_;  // kept blocks, by size
-    size_t limit_ = 0, cached_ = 0, hits_ = 0, misses_ = 0;
+    size_t limit_ = 0, cached_ = 0, peak_cached_ = 0, hits_ = 0, misses_ = 0;
 };
 
 }  // namespace
@@ -120,6 +139,8 @@ void install_block_cache() {
 }
 
 void set_block_cache_limit(size_t bytes) { BlockCache::instance().set_limit(bytes); }
+
+void drop_cached_blocks() { BlockCache::instance().drop_all(); }
 
 BlockCacheStats block_cache_stats() { return BlockCache::instance().stats(); }
 

@@ -13,6 +13,7 @@ namespace sd {
 struct BlockCacheStats {
     size_t hits = 0, misses = 0;  // large allocations served from the cache / by mmap
     size_t cached_bytes = 0;      // freed bytes kept now
+    size_t peak_cached_bytes = 0; // most kept at once since the last drop_cached_blocks()
 };
 
 // Makes the cache LibTorch's CPU allocator (once per process; later calls do nothing).
@@ -20,6 +21,10 @@ void install_block_cache();
 
 // At most `bytes` of freed blocks are kept; what exceeds it is returned to the OS now.
 void set_block_cache_limit(size_t bytes);
+
+// Returns every kept block to the OS. Called between stages: the next stage
+// asks for other sizes, so the last one's blocks would only sit there.
+void drop_cached_blocks();
 
 BlockCacheStats block_cache_stats();
 

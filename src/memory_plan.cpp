@@ -26,8 +26,20 @@ static constexpr double kUnetFixedPerLargestConv = 1.4;
 // VAE decoder: floats per output pixel, in units of ch, at the finest level
 // (upsampled 2ch input, its conv, ResnetBlock temporaries). See docs/memory.md.
 static constexpr double kVaeFloatsPerChannel = 8.0;
+// Its mid-block attention runs on the latent grid at the widest channel count,
+// beside the block's input, q, k and v; the finest level's activations are not
+// yet allocated then. Counting them together over-predicted a 1024x1024
+// per-head run by 22% (docs/benchmarks.md).
+static constexpr double kVaeMidTensors = 4.0;
 // Text encoder: activations are small next to its weights.
 static constexpr double kTextActivationFloatsPerToken = 24.0;
+// Freed-block reuse, per byte of a stage's predicted activations (and, in the
+// UNet, of its attention scores): what its freed blocks reach when all are
+// kept, and how much of that sits beside the stage's peak. Fitted to eight
+// UNet and three VAE runs of the full-size model, docs/memory.md.
+static constexpr double kUnetWorkingSet = 5.0, kUnetWorkingSetPerScore = 1.0;
+static constexpr double kUnetShareAtPeak = 3.0, kUnetShareAtPeakPerScore = 0.1;
+static constexpr double kVaeWorkingSet = 2.0, kVaeShareAtPeak = 1.1;
 // Layer settings every plan uses (models/sd_modules.py): the feed-forward runs
 // over this many tokens at a time and a conv call takes at most this many
 // weight bytes, which bounds the transient copies of the largest layers.
@@ -150,26 +162,25 @@ std::string MemoryPlan::attention_name() const {
 }
 
 double MemoryPlan::peak() const {
-    if (sequential) return block_cache_peak + std::max({text.total(base), unet.total(base), vae.total(base)});
+    if (sequential) return std::max({text.total(base), unet.total(base), vae.total(base)});
     const double weights = text.weights + unet.weights + vae.weights;
-    return block_cache_peak + base + weights + std::max({text.transient(), unet.transient(), vae.transient()});
+    return base + weights + std::max({text.transient(), unet.transient(), vae.transient()});
 }
 
 namespace {
 
-// Freed-block reuse (block_cache.h), measured on the full-size UNet, fp32,
-// 2 rows: a pass cycles through about 16x its live activations in large
-// blocks (953 MiB at 256², 2.70 GiB at 512²); keeping them all made a step
-// 15-33% faster and raised the peak by about 70% of what was kept
-// (+0.68 GiB at 256², +1.71 GiB at 512²). The cache gets what the budget
-// leaves over, so a tight budget runs as before and a loose one runs faster.
-constexpr double kCacheWorkingSetPerActivation = 16;
-constexpr double kCacheShareAtPeak = 0.7;
+// The last tenth of the budget is never given to the cache: it is the margin
+// for the error of the plan without it (an fp16-weight run measured 5% over).
+constexpr double kCacheMargin = 0.1;
 
+// Freed-block reuse (block_cache.h): the cache gets what the budget leaves
+// over after the plan without it and the margin, up to the largest stage's
+// working set, so a tight budget runs as before and a loose one runs faster.
 MemoryPlan with_block_cache(MemoryPlan p) {
-    const double working_set = kCacheWorkingSetPerActivation * p.unet.activations;
-    p.block_cache = std::max(0.0, std::min(working_set, p.budget - p.peak()));
-    p.block_cache_peak = std::min(p.block_cache, kCacheShareAtPeak * working_set);
+    const double lean = p.peak();
+    const double most = std::max({p.text.working_set, p.unet.working_set, p.vae.working_set});
+    p.block_cache = std::max(0.0, std::min(most, (1 - kCacheMargin) * p.budget - lean));
+    for (StagePrediction* s : {&p.text, &p.unet, &p.vae}) s->kept = std::min(p.block_cache, s->share_at_peak);
     return p;
 }
 
@@ -196,6 +207,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     weights(p.text, m.text_weights, false);
     p.text.activations = 2.0 * r.images * m.text_ctx * m.text_width * 4.0 * kTextActivationFloatsPerToken;
     p.text.scores = 2.0 * r.images * m.text_heads * m.text_ctx * m.text_ctx * 4.0;
+    p.text.beside_scores = p.text.activations;
 
     weights(p.unet, m.unet_weights, r.half_weights);
     const double hw = h * w;
@@ -207,6 +219,9 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
         const double n = hw / std::pow(4.0, m.attn_level);
         p.unet.scores = score_bytes(rows, n, p.attention_mode, p.attention_chunk, m.attn_heads);
     }
+    p.unet.beside_scores = p.unet.activations;
+    p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;
+    p.unet.share_at_peak = kUnetShareAtPeak * p.unet.activations + kUnetShareAtPeakPerScore * p.unet.scores;
 
     // The VAE decodes one image at a time, whole or in overlapping tiles.
     weights(p.vae, m.vae_weights, r.half_weights);
@@ -215,6 +230,9 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double pixels = th * tw * m.downsample * m.downsample;
     p.vae.activations = pixels * 4.0 * kVaeFloatsPerChannel * m.vae_ch;
     p.vae.scores = score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
+    p.vae.beside_scores = kVaeMidTensors * m.vae_mid_channels * th * tw * 4.0;
+    p.vae.working_set = kVaeWorkingSet * p.vae.activations;
+    p.vae.share_at_peak = kVaeShareAtPeak * p.vae.activations;
     return p;
 }
 
@@ -234,8 +252,8 @@ std::string MemoryPlan::describe() const {
     o << "  compute: " << compute << "\n";
     o << "  feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
       << format_size(static_cast<double>(conv_split)) << "\n";
-    o << "  freed blocks kept for reuse: up to " << format_size(block_cache) << " (adds about "
-      << format_size(block_cache_peak) << " to the peak)\n";
+    o << "  freed blocks kept for reuse: up to " << format_size(block_cache) << " (UNet " << format_size(unet.kept)
+      << ", VAE " << format_size(vae.kept) << ")\n";
     o << "  predicted peak: " << format_size(peak()) << "\n";
     return o.str();
 }

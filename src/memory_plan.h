@@ -33,9 +33,18 @@ struct MemoryRequest {
 
 struct StagePrediction {
     double weights = 0, activations = 0, scores = 0;
+    // Activations still live while the attention scores are: all of them in
+    // the UNet (its attention runs at the finest level), only the mid-block's
+    // few tensors in the VAE decoder (its attention runs at the coarsest).
+    double beside_scores = 0;
     double load = 0;  // peak while loading (the file, and the weights if they are converted)
+    // Freed-block reuse (block_cache.h): the bytes the stage's freed blocks
+    // reach when all are kept, the part of them that sits beside the stage's
+    // peak, and that part under the plan's limit. The cache is emptied
+    // between stages, so nothing is kept while a stage loads.
+    double working_set = 0, share_at_peak = 0, kept = 0;
     // What the stage needs beyond its resident weights at its peak.
-    double transient() const { return std::max(activations + scores, load - weights); }
+    double transient() const { return std::max(std::max(activations, beside_scores + scores) + kept, load - weights); }
     double total(double base) const { return base + weights + transient(); }
 };
 
@@ -46,9 +55,9 @@ struct MemoryPlan {
     int vae_tile = 0;  // latent tile edge, 0 = whole image
     bool half_weights = false;
     std::string compute;  // "fp32 on cpu, weights held in fp32": the pipeline's ComputeChoice, for describe()
-    // Freed blocks the allocator may keep for reuse (block_cache.h), from the
-    // budget's headroom, and what that adds to the predicted peak.
-    double block_cache = 0, block_cache_peak = 0;
+    // Freed bytes the allocator may keep for reuse (block_cache.h): the
+    // budget's headroom over the plan without it, at most a stage's working set.
+    double block_cache = 0;
     // Set by every plan (results change only by float rounding):
     int ff_chunk = 0;          // feed-forward tokens per call, 0 = all
     int64_t conv_split = 0;    // conv weight bytes per call, 0 = whole weight

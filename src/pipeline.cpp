@@ -251,7 +251,10 @@ MemoryPlan Pipeline::plan(const GenerateSettings& s, int images) const {
     // On a GPU the budget is the device's memory, which the host RSS does not touch.
     MemoryPlan p = plan_memory(impl_->memory, impl_->request(s, images), impl_->device.is_cpu() ? impl_->base_rss : 0);
     p.compute = impl_->compute.describe();
-    if (!impl_->device.is_cpu()) p.block_cache = p.block_cache_peak = 0;  // GPU headroom is no host memory
+    if (!impl_->device.is_cpu()) {  // GPU headroom is no host memory
+        p.block_cache = 0;
+        p.text.kept = p.unet.kept = p.vae.kept = 0;
+    }
     return p;
 }
 
@@ -274,13 +277,19 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         if (measure) reset_peak_rss();
     };
     auto stage_peak = [&] { return measure ? peak_rss_bytes() : 0; };
+    // Each stage frees the last one's kept blocks: they are of other sizes.
+    auto end_stage = [&](long long& peak, long long& kept) {
+        peak = stage_peak();
+        kept = static_cast<long long>(block_cache_stats().peak_cached_bytes);
+        drop_cached_blocks();
+    };
 
     try {
         // Text: the unconditional embedding is the encoder's output for "" (not zeros).
         start_measure();
         auto [cond, uncond] = im.encode_text(prompts, std::vector<std::string>(prompts.size(), s.negative_prompt), s);
         if (plan.sequential) im.release(im.text_encoder);
-        im.peaks.text = stage_peak();
+        end_stage(im.peaks.text, im.peaks.text_kept);
 
         // Sampling, with the UNet run in passes of at most plan.unet_rows rows.
         start_measure();
@@ -313,12 +322,12 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         if (first_batch) im.times.start_to_first_step = seconds_since_process_start();
         at::Tensor latents = sample(ks, eps, x, c.alphas_cumprod, im.gen, on_step).contiguous();
         if (plan.sequential) im.release(im.unet);
-        im.peaks.unet = stage_peak();
+        end_stage(im.peaks.unet, im.peaks.unet_kept);
 
         start_measure();
         at::Tensor decoded = im.decode(latents, plan);
         if (plan.sequential) im.release(im.vae);
-        im.peaks.vae = stage_peak();
+        end_stage(im.peaks.vae, im.peaks.vae_kept);
         // As txt2img: clamp((x + 1) / 2, 0, 1) * 255, then truncation to uint8.
         at::Tensor pixels = (255.0 * at::clamp((decoded + 1.0) / 2.0, 0.0, 1.0)).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
 

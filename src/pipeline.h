@@ -36,6 +36,8 @@ struct PipelineOptions {
 // Peak resident memory measured while each stage ran (bytes; 0 if it did not run).
 struct StagePeaks {
     long long text = 0, unet = 0, vae = 0;
+    // The most freed bytes the allocator kept for reuse during each stage (block_cache.h).
+    long long text_kept = 0, unet_kept = 0, vae_kept = 0;
 };
 
 // Seconds spent loading each stage over all generate() calls (sequential

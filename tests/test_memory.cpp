@@ -99,11 +99,17 @@ TEST(Planner, ShrinkingBudgetShrinksThePlanAndEndsInRefusal) {
     EXPECT_TRUE(saw_smaller_chunk);
 }
 
+// The plan's peak with nothing kept for reuse.
+double lean_peak(sd::MemoryPlan p) {
+    p.text.kept = p.unet.kept = p.vae.kept = 0;
+    return p.peak();
+}
+
 TEST(Planner, SequentialLoadingIsTheFirstThingGivenUp) {
     const auto m = sd15();
     auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 170 * MiB);
     // Just below the resident plan without freed-block reuse.
-    auto tight = sd::plan_memory(m, request(512, 1, roomy.peak() - roomy.block_cache_peak - 1), 170 * MiB);
+    auto tight = sd::plan_memory(m, request(512, 1, lean_peak(roomy) - 1), 170 * MiB);
     EXPECT_FALSE(roomy.sequential);
     EXPECT_TRUE(tight.sequential);
     EXPECT_EQ(tight.unet_rows, roomy.unet_rows);
@@ -133,23 +139,36 @@ TEST(BlockCache, ReusesFreedBlocksUpToTheLimit) {
     const auto x = at::randn({1, 32, 64, 64}), w = at::randn({64, 32, 3, 3});
     const auto y1 = at::conv2d(x, w, {}, 1, 1), y2 = at::conv2d(x, w, {}, 1, 1);
     EXPECT_TRUE(at::equal(y1, y2));
+    EXPECT_GE(sd::block_cache_stats().peak_cached_bytes, 4u << 20);
+    sd::drop_cached_blocks();  // between stages: everything back, the limit stays
+    EXPECT_EQ(sd::block_cache_stats().cached_bytes, 0u);
+    EXPECT_EQ(sd::block_cache_stats().peak_cached_bytes, 0u);
+    { auto t = at::empty({1 << 20}); }
+    EXPECT_EQ(sd::block_cache_stats().cached_bytes, 4u << 20);
     sd::set_block_cache_limit(0);
     EXPECT_EQ(sd::block_cache_stats().cached_bytes, 0u);
 }
 
-// Freed-block reuse takes what the budget leaves over, up to the pass's working
-// set, and the plan with it still fits the budget.
+// Freed-block reuse takes what the budget leaves over, up to the largest
+// stage's working set; each stage counts what of it sits beside its peak, and
+// the plan with it still fits the budget.
 TEST(Planner, BlockCacheTakesTheHeadroomOnly) {
     const auto m = sd15();
     auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 170 * MiB);
-    EXPECT_GT(roomy.block_cache, 1.0 * GiB);
-    EXPECT_GT(roomy.block_cache_peak, 0.5 * roomy.block_cache);
+    EXPECT_NEAR(roomy.block_cache, std::max(roomy.unet.working_set, roomy.vae.working_set), 1.0);
+    EXPECT_GT(roomy.unet.kept, 0);
+    EXPECT_LT(roomy.unet.kept, roomy.unet.working_set);
+    EXPECT_EQ(roomy.text.kept, 0);
     EXPECT_LE(roomy.peak(), 16 * GiB);
-    const double lean = roomy.peak() - roomy.block_cache_peak;
-    auto some = sd::plan_memory(m, request(512, 1, lean + 300 * MiB), 170 * MiB);
+    const double lean = lean_peak(roomy);
+    EXPECT_GT(roomy.peak(), lean);
+    // The last 10% of the budget stays free: the margin for the prediction's error.
+    const double budget = (lean + 300 * MiB) / 0.9;
+    auto some = sd::plan_memory(m, request(512, 1, budget), 170 * MiB);
     EXPECT_NEAR(some.block_cache, 300 * MiB, 1 * MiB);
-    EXPECT_LE(some.peak(), lean + 300 * MiB);
-    auto none = sd::plan_memory(m, request(512, 1, lean), 170 * MiB);
+    EXPECT_NEAR(some.vae.kept, 300 * MiB, 1 * MiB) << "the limit caps what a stage keeps";
+    EXPECT_LE(some.peak(), 0.9 * budget + 1);
+    auto none = sd::plan_memory(m, request(512, 1, lean / 0.9), 170 * MiB);
     EXPECT_EQ(none.block_cache, 0);
     EXPECT_EQ(none.peak(), lean);
 }
@@ -176,6 +195,20 @@ TEST(Planner, AllHeadsAtOnceCostsHeadsTimesPerHead) {
     per_head.attention_mode = 1;
     auto r = request(512, 1, 64 * GiB);
     EXPECT_NEAR(sd::predict(m, r, 0, full).unet.scores / sd::predict(m, r, 0, per_head).unet.scores, 8.0, 1e-9);
+}
+
+// The VAE's attention runs at the latent grid, before its finest level
+// allocates its large activations: the two peaks do not add up.
+TEST(Planner, VaeScoresDoNotStackOnItsFinestActivations) {
+    const auto m = sd15();
+    sd::MemoryPlan per_head;
+    per_head.attention_mode = 1;
+    const auto p = sd::predict(m, request(1024, 1, 64 * GiB), 0, per_head);
+    EXPECT_GT(p.vae.scores, 1.9 * GiB) << "one 16384 x 16384 score matrix and its softmax";
+    EXPECT_NEAR(p.vae.transient(), std::max(p.vae.activations, p.vae.scores + p.vae.beside_scores), 1.0);
+    EXPECT_LT(p.vae.beside_scores, 0.1 * p.vae.activations);
+    // The UNet's attention runs where its activations peak: they add up.
+    EXPECT_NEAR(p.unet.transient(), p.unet.activations + p.unet.scores, 1.0);
 }
 
 TEST(Planner, HalfWeightsHalveTheUnetAndCountTheLayerCopy) {
