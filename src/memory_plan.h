@@ -55,8 +55,9 @@ struct MemoryPlan {
     int vae_tile = 0;  // latent tile edge, 0 = whole image
     bool half_weights = false;
     std::string compute;  // "fp32 on cpu, weights held in fp32": the pipeline's ComputeChoice, for describe()
-    // Freed bytes the allocator may keep for reuse (block_cache.h): the
-    // budget's headroom over the plan without it, at most a stage's working set.
+    // Freed bytes the allocator may keep for reuse (block_cache.h): what 90%
+    // of the budget leaves over the plan without it, at most the largest
+    // stage's working set.
     double block_cache = 0;
     // Set by every plan (results change only by float rounding):
     int ff_chunk = 0;          // feed-forward tokens per call, 0 = all
