@@ -231,11 +231,8 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     p.vae.activations = pixels * 4.0 * kVaeFloatsPerChannel * m.vae_ch;
     p.vae.scores = score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
     p.vae.beside_scores = kVaeMidTensors * m.vae_mid_channels * th * tw * 4.0;
-    // Its score blocks, freed before the finest level runs, stay kept beside its
-    // peak unless a later layer asks for their exact size (a 768² per-head run
-    // peaked 0.61 GiB above a chunked one, its scores being 0.63 GiB).
-    p.vae.working_set = kVaeWorkingSet * p.vae.activations + p.vae.scores;
-    p.vae.share_at_peak = kVaeShareAtPeak * p.vae.activations + p.vae.scores;
+    p.vae.working_set = kVaeWorkingSet * p.vae.activations;
+    p.vae.share_at_peak = kVaeShareAtPeak * p.vae.activations;
     return p;
 }
 
