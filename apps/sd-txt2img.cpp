@@ -156,10 +156,11 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
     line("unet        ", plan.unet, m.unet, m.unet_kept);
     line("vae decoder ", plan.vae, m.vae, m.vae_kept);
     const auto& t = pipeline.timings();
-    char buf[200];
+    char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, start to first step %.2f s\n",
-                  t.text_load, t.unet_load, t.vae_load, t.start_to_first_step);
+                  "timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded in "
+                  "%.2f s, start to first step %.2f s\n",
+                  t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step);
     std::cerr << "sd-txt2img: " << buf;
     const auto c = sd::block_cache_stats();
     std::cerr << "sd-txt2img: allocator: " << c.hits << " of " << c.hits + c.misses << " large blocks reused\n";

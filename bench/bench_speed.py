@@ -38,6 +38,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from stage_files import load_stage, weights_path  # noqa: E402
+
 BEGIN_MARK = "<!-- bench_speed:begin -->"
 END_MARK = "<!-- bench_speed:end -->"
 PROMPT = "a photograph of an astronaut riding a horse"
@@ -276,8 +278,7 @@ def read_files_time(paths):
 
 def profile_unet(path, size, rows, warmup, attention, context_len, context_dim, latent_channels, factor,
                  shapes=False):
-    unet = torch.jit.load(path, map_location="cpu")
-    unet.eval()
+    unet = load_stage(path)
     mode, chunk = {"full": (0, None), "per-head": (1, None)}.get(attention, (2, None))
     if attention.startswith("chunked"):
         chunk = int(attention.split(":", 1)[1]) if ":" in attention else 256
@@ -411,8 +412,10 @@ def start_to_first_step(r):
 
 
 def read_files_names(args):
+    """The three stages' files, and their weight files where the export wrote them."""
     files = json.load(open(os.path.join(args.model, "model.json"))).get("files", {})
-    return [files.get(k, k + ".pt") for k in ("text_encoder", "unet", "vae_decoder")]
+    names = [files.get(k, k + ".pt") for k in ("text_encoder", "unet", "vae_decoder")]
+    return names + [weights_path(n) for n in names if os.path.exists(os.path.join(args.model, weights_path(n)))]
 
 
 def command_args(argv):

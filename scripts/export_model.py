@@ -816,6 +816,7 @@ def resolve(args):
 
 def export(args):
     import torch
+    import stage_files
     start = time.time()
     out = os.path.abspath(args.out)
     if os.path.exists(out) and not os.path.isdir(out):
@@ -853,12 +854,14 @@ def export(args):
         for stage, module in modules.items():
             module.eval().requires_grad_(False)
             module.to(dtype)
+            params = count_params(module)
             scripted = torch.jit.script(module)
             final = os.path.join(out, stage + ".pt")
-            torch.jit.save(scripted, final + tag)
-            written.append((final + tag, final))
-            say(f"  {stage + '.pt':17s} {count_params(module) / 1e6:8.1f} M parameters "
-                f"{os.path.getsize(final + tag) / 2**20:9.1f} MiB")
+            final_weights = stage_files.weights_path(final)
+            stage_files.save_stage(scripted, final + tag, final_weights + tag)
+            written += [(final + tag, final), (final_weights + tag, final_weights)]
+            say(f"  {stage + '.weights':22s} {params / 1e6:8.1f} M parameters "
+                f"{os.path.getsize(final_weights + tag) / 2**20:9.1f} MiB")
             del scripted
         for name, src in r["tokenizer"].items():
             final = os.path.join(out, name)

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error.h"
+#include "weight_file.h"
 
 namespace sd {
 
@@ -100,11 +101,14 @@ static double file_size(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 ? static_cast<double>(st.st_size) : 0.0;
 }
 
+// A stage's weights: its TorchScript file and, in current exports, the weight file beside it.
+static double stage_size(const std::string& path) { return file_size(path) + file_size(weight_file_for(path)); }
+
 MemoryModel memory_model(const ModelConfig& c) {
     MemoryModel m;
-    m.text_weights = file_size(c.text_encoder_path);
-    m.unet_weights = file_size(c.unet_path);
-    m.vae_weights = file_size(c.vae_decoder_path);
+    m.text_weights = stage_size(c.text_encoder_path);
+    m.unet_weights = stage_size(c.unet_path);
+    m.vae_weights = stage_size(c.vae_decoder_path);
     m.half_file = c.dtype == "float16";
     m.latent_channels = c.latent_channels;
     m.downsample = c.downsample_factor;

@@ -1,9 +1,78 @@
 #include "model.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <unordered_map>
+
 #include "error.h"
 #include "fs_util.h"
+#include "weight_file.h"
 
 namespace sd {
+
+namespace {
+
+// One read-only file mapped privately (a stray write copies a page; it never
+// reaches the file). Unmapped when the last tensor that points into it dies.
+struct Mapping {
+    void* base = MAP_FAILED;
+    size_t size = 0;
+    ~Mapping() {
+        if (base != MAP_FAILED) munmap(base, size);
+    }
+};
+
+std::shared_ptr<Mapping> map_file(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error("cannot read weights file " + path);
+    struct stat st {};
+    auto m = std::make_shared<Mapping>();
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        m->size = static_cast<size_t>(st.st_size);
+        m->base = mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    }
+    close(fd);
+    if (m->base == MAP_FAILED) throw Error("cannot map weights file " + path);
+    return m;
+}
+
+at::ScalarType dtype_of(const std::string& name) {
+    return name == "F32" ? at::kFloat : name == "F16" ? at::kHalf : at::kBFloat16;
+}
+
+// Points every parameter of m at its bytes in the weight file. A tensor that
+// is converted or moved away hands its pages back at once (MADV_DONTNEED), so
+// widening an fp16 file never holds both copies of the weights.
+void map_weights(torch::jit::Module& m, const std::string& path) {
+    const auto index = read_weight_index(path);
+    const auto mapping = map_file(path);
+    std::unordered_map<std::string, const WeightEntry*> by_name;
+    for (const auto& w : index) by_name[w.name] = &w;
+    size_t used = 0;
+    for (const auto& p : m.named_parameters(/*recurse=*/true)) {
+        auto it = by_name.find(p.name);
+        if (it == by_name.end()) throw Error("weights file " + path + " lacks the parameter " + p.name);
+        const WeightEntry& w = *it->second;
+        char* data = static_cast<char*>(mapping->base) + w.begin;
+        auto release = [mapping, data, bytes = w.end - w.begin](void*) {
+            const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+            const uintptr_t from = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+            const uintptr_t to = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+            if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+        };
+        at::Tensor t = torch::from_blob(data, w.shape, release, at::TensorOptions().dtype(dtype_of(w.dtype)));
+        at::Tensor target = p.value;
+        target.set_data(t);
+        ++used;
+    }
+    if (used != index.size()) throw Error("weights file " + path + " holds tensors its model file does not have");
+}
+
+}  // namespace
 
 AttentionSetting parse_attention(const std::string& text) {
     AttentionSetting a;
@@ -36,6 +105,13 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c
     try {
         auto m = torch::jit::load(path, torch::kCPU);
         m.eval();
+        const std::string weights_path = weight_file_for(path);
+        if (file_exists(weights_path)) {
+            map_weights(m, weights_path);
+        } else {
+            for (const auto& p : m.parameters())
+                if (p.numel() == 0) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
+        }
         // Module::to replaces one tensor at a time, so converting costs at most
         // one extra tensor, not a second copy of the weights.
         for (const auto& p : m.parameters()) {
@@ -46,6 +122,8 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c
         }
         if (!device.is_cpu()) m.to(device);
         return m;
+    } catch (const Error&) {
+        throw;
     } catch (const c10::Error& e) {
         throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");
     } catch (const std::exception& e) {

@@ -287,7 +287,11 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
     try {
         // Text: the unconditional embedding is the encoder's output for "" (not zeros).
         start_measure();
+        const double text_start = seconds_since_process_start(), text_load_before = im.times.text_load;
         auto [cond, uncond] = im.encode_text(prompts, std::vector<std::string>(prompts.size(), s.negative_prompt), s);
+        if (first_batch)
+            im.times.first_text_encode =
+                seconds_since_process_start() - text_start - (im.times.text_load - text_load_before);
         if (plan.sequential) im.release(im.text_encoder);
         end_stage(im.peaks.text, im.peaks.text_kept);
 

@@ -41,10 +41,12 @@ struct StagePeaks {
 };
 
 // Seconds spent loading each stage over all generate() calls (sequential
-// loading reloads them for every batch), and the time from process start to
-// the first sampler step of the first batch.
+// loading reloads them for every batch), encoding the first batch's prompts
+// (the text encoder's compute, without its loading), and the time from
+// process start to the first sampler step of the first batch.
 struct StageTimes {
     double text_load = 0, unet_load = 0, vae_load = 0;
+    double first_text_encode = 0;
     double start_to_first_step = 0;
 };
 

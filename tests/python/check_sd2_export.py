@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import diffusers_writer  # noqa: E402
-from test_export import load_exporter, run_export  # noqa: E402  (the export script, loaded and run)
+from test_export import load_exporter, load_stage, run_export  # noqa: E402  (the export script, loaded and run)
 
 
 def fixture_dir(name, probe):
@@ -69,8 +69,8 @@ class Exports(unittest.TestCase):
 
     def assert_same_weights(self, dir_a, dir_b):
         for name in ("text_encoder.pt", "unet.pt", "vae_decoder.pt"):
-            a = torch.jit.load(os.path.join(dir_a, name)).state_dict()
-            b = torch.jit.load(os.path.join(dir_b, name)).state_dict()
+            a = load_stage(os.path.join(dir_a, name)).state_dict()
+            b = load_stage(os.path.join(dir_b, name)).state_dict()
             self.assertEqual(sorted(a), sorted(b), name)
             for k in a:
                 self.assertTrue(torch.equal(a[k], b[k]), f"{name}: {k}")
@@ -120,9 +120,9 @@ class ExportTiny2Test(Exports):
         self.assertNotIn("<|startoftext|>", vocab)
 
     def test_stages_match_reference(self):
-        text = torch.jit.load(os.path.join(self.st_dir, "text_encoder.pt"))
-        unet = torch.jit.load(os.path.join(self.st_dir, "unet.pt"))
-        vae = torch.jit.load(os.path.join(self.st_dir, "vae_decoder.pt"))
+        text = load_stage(os.path.join(self.st_dir, "text_encoder.pt"))
+        unet = load_stage(os.path.join(self.st_dir, "unet.pt"))
+        vae = load_stage(os.path.join(self.st_dir, "vae_decoder.pt"))
         worst = {"cond": 0.0, "unet": 0.0, "vae": 0.0}
         with torch.no_grad():
             for case in self.cases:
@@ -142,7 +142,7 @@ class ExportTiny2Test(Exports):
         self.assertLessEqual(worst["vae"], 1e-3)
 
     def test_linear_projections_and_head_size(self):
-        unet = torch.jit.load(os.path.join(self.st_dir, "unet.pt"))
+        unet = load_stage(os.path.join(self.st_dir, "unet.pt"))
         sd = unet.state_dict()
         self.assertEqual(tuple(sd["input_blocks.1.1.proj_in.weight"].shape), (32, 32))
         heads = [(s.heads, s.dim_head) for _, s in unet.named_modules() if hasattr(s, "dim_head")]

@@ -22,6 +22,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXPORT = os.path.join(REPO, "scripts", "export_model.py")
 SHARED_TINY = "/work/shared/conformance/tiny"
 SHARED_TINY2 = "/work/shared/conformance/tiny2"
+sys.path.insert(0, os.path.join(REPO, "models"))
+from stage_files import load_stage, read_weights, weights_path  # noqa: E402  (exported stages with their weights)
 
 
 def fixtures_dir():
@@ -96,9 +98,9 @@ class ExportTinyTest(unittest.TestCase):
         r = run_export(cls.ckpt_file, "--out", cls.ckpt_dir, *cls.sizes)
         assert r.returncode == 0, r.stderr
 
-        cls.text = torch.jit.load(os.path.join(cls.st_dir, "text_encoder.pt"))
-        cls.unet = torch.jit.load(os.path.join(cls.st_dir, "unet.pt"))
-        cls.vae = torch.jit.load(os.path.join(cls.st_dir, "vae_decoder.pt"))
+        cls.text = load_stage(os.path.join(cls.st_dir, "text_encoder.pt"))
+        cls.unet = load_stage(os.path.join(cls.st_dir, "unet.pt"))
+        cls.vae = load_stage(os.path.join(cls.st_dir, "vae_decoder.pt"))
 
     @classmethod
     def tearDownClass(cls):
@@ -202,17 +204,31 @@ class ExportTinyTest(unittest.TestCase):
                 self.assertEqual(a.read(), b.read(), name)
 
     def test_attention_attributes_default(self):
-        unet = torch.jit.load(os.path.join(self.st_dir, "unet.pt"))
+        unet = load_stage(os.path.join(self.st_dir, "unet.pt"))
         modes = [(s.attention_mode, s.attention_chunk) for _, s in unet.named_modules()
                  if hasattr(s, "attention_mode")]
         # tiny: transformers in 2 input, 1 middle and 3 output blocks, each with attn1 and attn2
         self.assertEqual(len(modes), 2 * 6)
         self.assertTrue(all(m == (1, 256) for m in modes))
 
+    def test_weights_live_beside_the_archive(self):
+        # The C++ loader maps STAGE.weights instead of copying tensors out of STAGE.pt.
+        for stage in ("text_encoder", "unet", "vae_decoder"):
+            pt = os.path.join(self.st_dir, stage + ".pt")
+            raw = torch.jit.load(pt)
+            self.assertTrue(all(p.numel() == 0 for p in raw.parameters()), stage)
+            with open(weights_path(pt), "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+            self.assertEqual((8 + n) % 64, 0, "the data section starts 64-byte aligned")
+            stored = read_weights(weights_path(pt))
+            loaded = dict(load_stage(pt).named_parameters())
+            self.assertEqual(sorted(stored), sorted(loaded), stage)
+            self.assertTrue(all(torch.equal(stored[k], loaded[k]) and loaded[k].numel() > 0 for k in loaded), stage)
+
     def assert_same_weights(self, dir_a, dir_b, convert=None):
         for name in ("text_encoder.pt", "unet.pt", "vae_decoder.pt"):
-            a = torch.jit.load(os.path.join(dir_a, name)).state_dict()
-            b = torch.jit.load(os.path.join(dir_b, name)).state_dict()
+            a = load_stage(os.path.join(dir_a, name)).state_dict()
+            b = load_stage(os.path.join(dir_b, name)).state_dict()
             self.assertEqual(sorted(a), sorted(b), name)
             for k in a:
                 tb = convert(b[k]) if convert else b[k]
@@ -236,7 +252,7 @@ class ExportTinyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(os.path.join(out, "model.json")) as f:
             self.assertEqual(json.load(f)["dtype"], "float16")
-        unet = torch.jit.load(os.path.join(out, "unet.pt"))
+        unet = load_stage(os.path.join(out, "unet.pt"))
         self.assertTrue(all(p.dtype == torch.float16 for p in unet.parameters()))
         # The fixture's weights are fp16-representable, so nothing is lost.
         self.assert_same_weights(self.st_dir, out, convert=lambda t: t.float())
@@ -282,7 +298,7 @@ class ExportTinyTest(unittest.TestCase):
         self.assert_same_weights(a, b)
         with open(os.path.join(a, "model.json")) as f:
             self.assertIn("random", json.load(f)["source"])
-        unet = torch.jit.load(os.path.join(a, "unet.pt"))
+        unet = load_stage(os.path.join(a, "unet.pt"))
         with torch.no_grad():
             out = unet(torch.randn(1, 4, 8, 8), torch.tensor([500]), torch.randn(1, 77, 32))
         self.assertTrue(torch.isfinite(out).all())
