@@ -19,6 +19,7 @@
 #include "fs_util.h"
 #include "progress.h"
 #include "prompts.h"
+#include "runtime.h"
 #include "tokenizer.h"
 #include "txt2img.h"
 
@@ -169,6 +170,7 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
 }  // namespace
 
 int main(int argc, char** argv) {
+    sd::use_passive_openmp(argv);
     CLI::App app{"sd-txt2img: Stable Diffusion text to image on a modest machine"};
     // A flag given twice takes its last value, as shell users expect when appending to a command.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -18,22 +18,14 @@
 
 #include "block_cache.h"
 
-namespace {
-
-// OpenMP threads that wait for work spin by default, and on a machine busy
-// with other programs a spinning thread takes the core the working one needs:
-// measured here, a UNet forward on 2 threads took 31 s against 13 s with
-// OMP_WAIT_POLICY=passive, and the first prompts' encoding 4.5 s against 0.56 s.
-// libgomp reads the variable once, in its own initialiser, before main(); an
-// executable's pre-initialisers run before any library's, so the default is
-// set there. A value the user sets is kept.
-void default_omp_wait_policy(int, char**, char**) { setenv("OMP_WAIT_POLICY", "PASSIVE", 0); }
-__attribute__((section(".preinit_array"), used)) void (*const preinit_wait_policy)(int, char**, char**) =
-    &default_omp_wait_policy;
-
-}  // namespace
 
 namespace sd {
+
+void use_passive_openmp(char** argv) {
+    if (std::getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);  // returns only if it failed: run on as we are
+}
 
 void configure_runtime(int threads) {
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
