@@ -3,7 +3,7 @@
 
     nice -n 19 /usr/bin/python3 scripts/train_demo.py --seed 0 --out models/demo
 
-A tiny model of the SD 1.x family, trained the SD way, on 2 CPU threads:
+A tiny model of the SD 1.x family, trained the SD way, on a CPU:
 
 1. AutoencoderKL (f = 8, 4 latent channels; CompVis Encoder/Decoder layout): pixel L1 + MSE
    and a small KL term (no GAN or LPIPS: the world is flat colours).
@@ -20,8 +20,9 @@ cond_stage_model.transformer.text_model.*), OUT/v1-demo.yaml (LDM config), OUT/t
 and OUT/train_log.json, so the model goes through scripts/export_model.py like any checkpoint.
 A checkpoint is written at every evaluation, so an interrupted run still leaves one.
 
-Deterministic from --seed for a given thread count (--threads, default 2): the pictures,
-the order, every noise draw come from seeded generators.
+Deterministic from --seed for a given thread count (--threads, default 1: on the shared
+2-core machine a second OpenMP thread made every step several times slower whenever another
+job held a core): the pictures, the order, every noise draw come from seeded generators.
 """
 
 import argparse
@@ -51,11 +52,16 @@ import demo_world  # noqa: E402
 from sd_modules import AttnBlock, DecoderMid, ResnetBlock, TextEncoder, UNetModel, VAEDecoder, swish, vae_norm  # noqa: E402
 
 # Sizes.  GroupNorm(32) in the UNet and VAE needs channel counts that are multiples of 32.
+# 32 channels means one channel per group: every GroupNorm is then an instance norm, which
+# removes each channel's mean over the picture -- where a flat background's colour lives.
+# The UNet is therefore 64 channels wide (two per group; its out norm is in series with the
+# prediction).  The autoencoder keeps 32 at full resolution: 64 there costs 4x per step and
+# did not learn faster per step in short trials (see models/demo/README.md).
 VAE = dict(embed_dim=4, ch=32, out_ch=3, ch_mult=[1, 1, 2, 2], num_res_blocks=1, attn_resolutions=[],
            resolution=64, z_channels=4)
-TEXT = dict(vocab=49408, ctx=77, width=64, layers=2, heads=4, hidden=256)
-UNET = dict(in_channels=4, out_channels=4, model_channels=32, attention_resolutions=[1, 2], num_res_blocks=1,
-            channel_mult=[1, 2], num_heads=2, num_head_channels=-1, transformer_depth=1, context_dim=64,
+TEXT = dict(vocab=49408, ctx=77, width=32, layers=2, heads=2, hidden=128)
+UNET = dict(in_channels=4, out_channels=4, model_channels=64, attention_resolutions=[1, 2], num_res_blocks=1,
+            channel_mult=[1, 1], num_heads=2, num_head_channels=-1, transformer_depth=1, context_dim=32,
             use_linear_in_transformer=False)
 LINEAR_START, LINEAR_END, TIMESTEPS = 0.00085, 0.012, 1000
 BOS, EOS = 49406, 49407
@@ -400,12 +406,17 @@ def sample(unet, text, vae, tok, captions, scale_factor, scale=7.5, steps=25, se
     return from_pixels(vae.decode(x / scale_factor))
 
 
-def evaluate(unet, text, vae, tok, scale_factor):
-    captions = demo_world.held_out_captions()
+def evaluate(unet, text, vae, tok, scale_factor, train_captions=()):
+    """Held-out pass rates (16 captions x 2 seeds) at guidance 7.5 and 1, and at 7.5 on 16
+    training captions (tells underfitting from failing to generalise)."""
+    held = demo_world.held_out_captions()
     out = {}
-    for scale in (7.5, 1.0):
+    for name, captions, scale in (("7.5", held * 2, 7.5), ("1.0", held * 2, 1.0),
+                                  ("train 7.5", list(train_captions), 7.5)):
+        if not captions:
+            continue
         images = sample(unet, text, vae, tok, captions, scale_factor, scale=scale)
-        out[str(scale)] = sum(demo_world.check(im, c)[0] for im, c in zip(images, captions)) / len(captions)
+        out[name] = sum(demo_world.check(im, c)[0] for im, c in zip(images, captions)) / len(captions)
     return out
 
 
@@ -443,17 +454,25 @@ def main(argv=None):
     # One thread: on a shared 2-core machine two OpenMP threads wait on each other at every op
     # (measured 5x slower per step than one thread while another job held a core).
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--images", type=int, default=6000, help="training pictures drawn from the world")
-    p.add_argument("--vae-steps", type=int, default=700, help="autoencoder steps on 32x32 crops")
-    p.add_argument("--vae-full-steps", type=int, default=150, help="then on whole 64x64 pictures")
+    p.add_argument("--images", type=int, default=4000, help="training pictures drawn from the world")
+    p.add_argument("--vae-steps", type=int, default=3000, help="autoencoder steps on 32x32 crops")
+    p.add_argument("--vae-full-steps", type=int, default=600, help="then on whole 64x64 pictures (half the batch)")
     p.add_argument("--vae-batch", type=int, default=16)
-    p.add_argument("--steps", type=int, default=1200, help="UNet + text encoder steps")
+    p.add_argument("--vae-lr", type=float, default=2e-3)
+    p.add_argument("--steps", type=int, default=1400, help="UNet + text encoder steps")
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=200, help="UNet learning-rate warmup steps")
+    p.add_argument("--t-tilt", type=float, default=2.0,
+                   help="timestep t is drawn with probability proportional to 1 + tilt * t / 999: more of the "
+                        "high-noise steps, where colours and position are decided (0: uniform)")
+    p.add_argument("--unet-channels", type=int, default=UNET["model_channels"], help="UNet model_channels")
     p.add_argument("--evals", type=int, default=4, help="evaluations (and checkpoints) during UNet training")
+    p.add_argument("--keep", help="also keep a copy of every evaluated checkpoint under this folder")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    UNET["model_channels"] = args.unet_channels
     torch.manual_seed(args.seed)
     t0 = time.time()
     tok = ClipTokenizer(os.path.join(REPO, "models", "clip"))
@@ -472,11 +491,16 @@ def main(argv=None):
     # Only the world's words get embeddings; every other row stays exactly zero (Adam leaves a
     # never-used row alone), which keeps unseen words neutral and the file compressible.
     used = sorted({i for c in set(captions) | {""} for i in tok.ids(c)})
+    gen_init = torch.Generator().manual_seed(args.seed + 1)
     with torch.no_grad():
         emb = text.text_model.embeddings.token_embedding.weight
         keep = torch.zeros(emb.shape[0], dtype=torch.bool)
         keep[used] = True
         emb.mul_(0.02 * keep[:, None].float())
+        # CLIP's own init scale for the positions (0.01; nn.Embedding's default is std 1): with
+        # std-1 positions next to std-0.02 tokens every caption looked alike to the UNet and the
+        # first ~1000 steps learned an unconditional model (pictures ignored their captions).
+        text.text_model.embeddings.position_embedding.weight.normal_(0.0, 0.01, generator=gen_init)
         # Start the UNet as a zero predictor so early steps do not fight a random output.
         unet.out[2].weight.zero_()
         unet.out[2].bias.zero_()
@@ -486,7 +510,7 @@ def main(argv=None):
 
     # 1. the autoencoder
     t = time.time()
-    rec = train_vae(vae, images, args.vae_steps, args.vae_batch, gen, full_steps=args.vae_full_steps)
+    rec = train_vae(vae, images, args.vae_steps, args.vae_batch, gen, lr=args.vae_lr, full_steps=args.vae_full_steps)
     vae.eval().requires_grad_(False)
     vae_time = time.time() - t
     # 2. latents and their scale
@@ -503,23 +527,26 @@ def main(argv=None):
     # 3. UNet + text encoder
     meta = {"seed": args.seed, "threads": args.threads, "images": args.images, "vae_steps": args.vae_steps,
             "vae_check_pass": vae_pass,
-            "vae_full_steps": args.vae_full_steps,
-            "steps": args.steps, "batch": args.batch, "lr": args.lr, "scale_factor": scale_factor}
+            "vae_full_steps": args.vae_full_steps, "vae_batch": args.vae_batch, "vae_lr": args.vae_lr,
+            "unet_channels": args.unet_channels, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+            "warmup": args.warmup, "t_tilt": args.t_tilt, "scale_factor": scale_factor}
     history = []
 
     def on_eval(step, ema, loss):
         ema.swap()
         unet.eval(), text.eval()
-        scores = evaluate(unet, text, vae, tok, scale_factor)
+        scores = evaluate(unet, text, vae, tok, scale_factor, captions[:16])
         meta_now = dict(meta, trained_steps=step, minutes=round((time.time() - t0) / 60, 1))
         save(args.out, unet, text, vae, scale_factor, meta_now)
+        if args.keep:  # a copy of every evaluated checkpoint, to compare them with the CLI
+            save(os.path.join(args.keep, f"step{step:05d}"), unet, text, vae, scale_factor, meta_now)
         ema.swap()
         unet.train(), text.train()
         history.append({"step": step, "loss": loss, "held_out_pass": scores, "minutes": meta_now["minutes"]})
         log(f"eval at step {step}: held-out pass rate {scores} (checkpoint saved)")
 
     train_unet(unet, text, tok, captions, mean, std, scale_factor, args.steps, args.batch, args.lr, gen,
-               evals=args.evals, on_eval=on_eval)
+               evals=args.evals, on_eval=on_eval, warmup=args.warmup, t_tilt=args.t_tilt)
     total = time.time() - t0
     size = os.path.getsize(os.path.join(args.out, "demo.safetensors"))
     record = dict(meta, command=" ".join(["scripts/train_demo.py"] + (argv if argv is not None else sys.argv[1:])),
@@ -532,24 +559,27 @@ def main(argv=None):
     return 0
 
 
-def train_unet(unet, text, tok, captions, mean, std, scale_factor, steps, batch, lr, gen, evals=0, on_eval=None):
+def train_unet(unet, text, tok, captions, mean, std, scale_factor, steps, batch, lr, gen, evals=0, on_eval=None,
+               warmup=100, t_tilt=0.0):
     ac = alphas_cumprod()
     ids = torch.tensor([tok.ids(c) for c in captions])
     empty = torch.tensor(tok.ids(""))
     params = list(unet.parameters()) + list(text.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     ema = EMA([unet, text], 0.995)  # a ~200-step window: the whole run is only a few thousand steps
+    # Still the SD eps objective and schedule; only how often each timestep is drawn is tilted.
+    t_weights = 1.0 + t_tilt * torch.arange(TIMESTEPS, dtype=torch.float64) / (TIMESTEPS - 1)
     n, start, avg = len(captions), time.time(), None
     eval_at = {round(steps * (k + 1) / evals) for k in range(evals)} if evals else set()
     for step in range(steps):
         for g in opt.param_groups:
-            g["lr"] = cosine_lr(step, steps, lr, 100)
+            g["lr"] = cosine_lr(step, steps, lr, warmup)
         idx = torch.randint(0, n, (batch,), generator=gen)
         z0 = (mean[idx] + std[idx] * torch.randn((batch, 4, 8, 8), generator=gen)) * scale_factor
         tok_ids = ids[idx].clone()
         drop = torch.rand(batch, generator=gen) < 0.1  # caption dropout: the model also learns ""
         tok_ids[drop] = empty
-        t = torch.randint(0, TIMESTEPS, (batch,), generator=gen)
+        t = torch.multinomial(t_weights, batch, replacement=True, generator=gen)
         noise = torch.randn(z0.shape, generator=gen)
         a = ac[t][:, None, None, None]
         x = a.sqrt() * z0 + (1 - a).sqrt() * noise
