@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -17,7 +16,6 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "block_cache.h"
-
 
 namespace sd {
 

@@ -208,9 +208,9 @@ TEST(BadInput, GarbageTorchScriptFile) {
     expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "vae_decoder.pt");
 }
 
-// A weight file's header: the real one reads back; damaged ones (every
-// truncation, random bytes over the header, hand-made lies) give sd::Error,
-// never a crash or a range past the file.
+// A weight file's header: the real one reads back; damaged ones (cuts at the
+// header's edges and in the data, random bytes over the header, hand-made
+// lies) give sd::Error, never a crash or a range past the file.
 TEST(WeightIndex, ReadsTheExportAndRefusesDamage) {
     const std::string good = good_model() + "/unet.weights";
     const auto index = sd::read_weight_index(good);
