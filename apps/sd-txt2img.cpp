@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
     app.add_option("--seed-mode", seed_mode,
                    "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
         ->capture_default_str();
-    app.add_option("--H", job.settings.height, "image height in pixels")->capture_default_str();
-    app.add_option("--W", job.settings.width, "image width in pixels")->capture_default_str();
-    app.add_option("--scale", job.settings.scale, "classifier-free guidance scale")->capture_default_str();
+    app.add_option("--H", job.settings.height, "image height in pixels (default: the size the model was trained at, else 512)");
+    app.add_option("--W", job.settings.width, "image width in pixels (default: as --H)");
+    app.add_option("--scale", job.settings.scale, "classifier-free guidance scale (default: the model's, else 7.5)");
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
     app.add_option("--sampler", sampler, "plms, ddim, euler, euler_a or dpmpp_2m")->capture_default_str();
@@ -298,6 +298,13 @@ int main(int argc, char** argv) {
         options.vae_tile = parse_tiling(vae_tiling);
         if (app.count("--batch-size")) options.batch_size = batch_size;
         sd::Pipeline pipeline(options);
+        // Unset sizes: the size the model was trained at (a 64x64 demo model, SD 1.x 512);
+        // unset scale: the one its export recorded (the demo model's, models/demo/README.md).
+        if (const int native = pipeline.config().image_size; native > 0) {
+            if (!app.count("--H")) job.settings.height = native;
+            if (!app.count("--W")) job.settings.width = native;
+        }
+        if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
         if (show_plan) {
             pipeline.check(job.settings);
             std::cout << pipeline.plan(job.settings, job.n_samples).describe();

@@ -152,8 +152,10 @@ def read_folder(folder):
     schedule = schedule_settings(read_json(sched_path), sched_path)
     schedule["scale_factor"] = scale_factor
     tok_dir = os.path.join(folder, "tokenizer")
+    sample_size = read_json(unet_cfg_path).get("sample_size")
     return {
         "unet": unet, "vae": vae, "schedule": schedule,
+        "latent_size": sample_size if isinstance(sample_size, int) and sample_size > 0 else None,
         "text_config": os.path.join(folder, "text_encoder", "config.json"),
         "tokenizer_dir": tok_dir if os.path.isfile(os.path.join(tok_dir, "vocab.json")) else None,
         "pad_token": pad_token(folder),

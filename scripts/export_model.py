@@ -154,7 +154,12 @@ def load_ldm_config(path):
         raise ExportError(f"config {path}: UNet needs num_heads or num_head_channels")
     if schedule["parameterization"] not in ("eps", "v"):
         raise ExportError(f"config {path}: unknown parameterization {schedule['parameterization']!r}")
-    return {"family": family, "unet": unet, "vae": vae, "schedule": schedule, "text_layer": text_layer}
+    # The latent size the model was trained at (SD 1.x: 64, i.e. 512x512 pictures): the CLI's
+    # default picture size for this model.
+    latent_size = params.get("image_size")
+    latent_size = latent_size if isinstance(latent_size, int) and latent_size > 0 else None
+    return {"family": family, "unet": unet, "vae": vae, "schedule": schedule, "text_layer": text_layer,
+            "latent_size": latent_size}
 
 
 def load_text_config(path):
@@ -692,10 +697,11 @@ def open_clip_vocab(path):
     return vocab
 
 
-def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, parameterization_source):
+def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, parameterization_source,
+               latent_size=None):
     ac = alphas_cumprod(schedule)
     down = 2 ** (len(vae_cfg["ch_mult"]) - 1)
-    return {
+    info = {
         "format": 1,
         "family": family,
         "parameterization": schedule["parameterization"],
@@ -721,6 +727,9 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
         "files": {"text_encoder": "text_encoder.pt", "unet": "unet.pt", "vae_decoder": "vae_decoder.pt",
                   "vocab": "vocab.json", "merges": "merges.txt"},
     }
+    if latent_size:  # the picture size it was trained at, when the config says
+        info["image_size"] = latent_size * down
+    return info
 
 
 def check_consistency(unet_cfg, vae_cfg, text_cfg):
@@ -809,8 +818,9 @@ def resolve(args):
         text_cfg["eos_id"] = vocab.get("<|endoftext|>", text_cfg["eos_id"])
         pad = folder["pad_token"]
         text_cfg["pad_id"] = vocab[pad] if pad in vocab else FAMILY_DEFAULTS[family][1]["pad_id"]
+    latent_size = folder["latent_size"] if folder else (ldm["latent_size"] if ldm else None)
     r.update(family=family, unet=unet_cfg, vae=vae_cfg, text=text_cfg, schedule=schedule,
-             parameterization_source=p_source, tokenizer=tokenizer, ldm=ldm)
+             parameterization_source=p_source, tokenizer=tokenizer, ldm=ldm, latent_size=latent_size)
     return r
 
 
@@ -872,7 +882,9 @@ def export(args):
                 shutil.copyfile(src, final + tag)
             written.append((final + tag, final))
         info = model_info(schedule, unet_cfg, vae_cfg, text_cfg, args.dtype, source, family,
-                          r["parameterization_source"])
+                          r["parameterization_source"], r["latent_size"])
+        if args.guidance_scale is not None:
+            info["guidance_scale"] = args.guidance_scale
         final = os.path.join(out, "model.json")
         with open(final + tag, "w", encoding="utf-8") as f:
             json.dump(info, f, indent=1)
@@ -910,12 +922,17 @@ def parse_args(argv):
     p.add_argument("--parameterization", choices=("eps", "v"),
                    help="what the UNet predicts; default: from the config or scheduler, else assumed "
                    "(SD 1.x: eps; SD 2.x: v, or eps when the file name says 512 or base)")
+    p.add_argument("--guidance-scale", type=float,
+                   help="the guidance scale the model is meant for: the CLI's --scale default for it "
+                   "(default: none recorded, so the CLI's 7.5)")
     p.add_argument("--random-init", action="store_true",
                    help="random weights instead of a checkpoint (for tests and performance work)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
     args = p.parse_args(argv)
     if args.random_init and args.checkpoint:
         p.error("give either CHECKPOINT or --random-init, not both")
+    if args.guidance_scale is not None and not (0 < args.guidance_scale <= 100):
+        p.error("--guidance-scale must be above 0 and at most 100")
     if not args.random_init and not args.checkpoint:
         p.error("CHECKPOINT is required (or --random-init)")
     return args

@@ -8,4 +8,4 @@ scripts/setup.sh
 scripts/build.sh
 prompt="${1:-a red circle on a blue background}"
 shift || true
-build/sd-txt2img --prompt "$prompt" --H 64 --W 64 --outdir outputs/quickstart "$@"
+build/sd-txt2img --prompt "$prompt" --outdir outputs/quickstart "$@"

@@ -12,7 +12,8 @@ A tiny model of the SD 1.x family, trained the SD way, on a CPU:
 3. A CLIP text transformer (the real CLIP tokenizer's ids, 77 tokens, causal mask) and a UNet
    with cross-attention, trained together on the SD objective: eps prediction, the SD 1.x
    schedule (scaled_linear 0.00085..0.012, 1000 steps), 10% of captions replaced by "" so that
-   classifier-free guidance works.  The weights saved are an EMA.
+   classifier-free guidance works; each sample's eps error weighted by min(1 / alpha_bar_t, 20)
+   (--weight-cap).  The weights saved are an EMA.
 
 It writes OUT/demo.safetensors (fp16, CompVis key layout: model.diffusion_model.*,
 first_stage_model.{encoder,decoder,quant_conv,post_quant_conv}.*,
@@ -345,10 +346,12 @@ def make_dataset(seed, count):
     return captions, images
 
 
-def train_vae(vae, images, steps, batch, gen, lr=2e-3, kl_weight=1e-5, full_steps=0):
+def train_vae(vae, images, steps, batch, gen, lr=2e-3, kl_weight=1e-5, full_steps=0, shape_weight=0.0):
     """`steps` on 32x32 crops (a quarter of the cost: the autoencoder is convolutional), then
     `full_steps` on whole pictures at half the batch, so the mid-block attention also sees
-    the 8x8 latent grid it decodes at run time."""
+    the 8x8 latent grid it decodes at run time.  Pixels of the shape weigh 1 + shape_weight
+    in the loss: the shape is a small part of the picture, and without the extra weight its colour
+    was what the autoencoder got wrong (green and purple decoded as grey, black or blue)."""
     opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     n, start, total = len(images), time.time(), steps + full_steps
     for step in range(total):
@@ -357,13 +360,17 @@ def train_vae(vae, images, steps, batch, gen, lr=2e-3, kl_weight=1e-5, full_step
         full = step >= steps
         idx = torch.randint(0, n, (batch // 2 if full else batch,), generator=gen)
         x = to_pixels(images[idx.numpy()])
+        # The top-left pixel is always background in this world (no shape reaches a corner).
+        w = 1.0 + shape_weight * ((x - x[:, :, :1, :1]).abs().sum(1, keepdim=True) > 0.1).float()
         if not full:  # crop on the latent grid (multiples of 8), as the whole picture is cut
             ox, oy = (8 * torch.randint(0, 5, (2,), generator=gen)).tolist()
             x = x[:, :, oy:oy + 32, ox:ox + 32]
+            w = w[:, :, oy:oy + 32, ox:ox + 32]
         mean, logvar = vae.encode(x)
         z = mean + torch.exp(0.5 * logvar) * torch.randn(mean.shape, generator=gen)
         rec = vae.decode(z)
-        rec_loss = (rec - x).abs().mean() + F.mse_loss(rec, x)
+        err = rec - x
+        rec_loss = (w * (err.abs() + err * err)).mean() / w.mean()
         kl = 0.5 * (mean ** 2 + logvar.exp() - 1.0 - logvar).mean()
         loss = rec_loss + kl_weight * kl
         opt.zero_grad(set_to_none=True)
@@ -459,13 +466,18 @@ def main(argv=None):
     p.add_argument("--vae-full-steps", type=int, default=600, help="then on whole 64x64 pictures (half the batch)")
     p.add_argument("--vae-batch", type=int, default=16)
     p.add_argument("--vae-lr", type=float, default=2e-3)
-    p.add_argument("--steps", type=int, default=1400, help="UNet + text encoder steps")
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--vae-shape-weight", type=float, default=3.0,
+                   help="extra loss weight of the shape's pixels in the autoencoder (0: every pixel alike)")
+    p.add_argument("--steps", type=int, default=6000, help="UNet + text encoder steps")
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=200, help="UNet learning-rate warmup steps")
-    p.add_argument("--t-tilt", type=float, default=2.0,
+    p.add_argument("--t-tilt", type=float, default=0.0,
                    help="timestep t is drawn with probability proportional to 1 + tilt * t / 999: more of the "
                         "high-noise steps, where colours and position are decided (0: uniform)")
+    p.add_argument("--weight-cap", type=float, default=20.0,
+                   help="each sample's eps error is weighted by min(1 / alpha_bar_t, cap), normalised "
+                        "(1: the plain SD loss)")
     p.add_argument("--unet-channels", type=int, default=UNET["model_channels"], help="UNet model_channels")
     p.add_argument("--evals", type=int, default=4, help="evaluations (and checkpoints) during UNet training")
     p.add_argument("--keep", help="also keep a copy of every evaluated checkpoint under this folder")
@@ -510,7 +522,8 @@ def main(argv=None):
 
     # 1. the autoencoder
     t = time.time()
-    rec = train_vae(vae, images, args.vae_steps, args.vae_batch, gen, lr=args.vae_lr, full_steps=args.vae_full_steps)
+    rec = train_vae(vae, images, args.vae_steps, args.vae_batch, gen, lr=args.vae_lr, full_steps=args.vae_full_steps,
+                    shape_weight=args.vae_shape_weight)
     vae.eval().requires_grad_(False)
     vae_time = time.time() - t
     # 2. latents and their scale
@@ -528,6 +541,7 @@ def main(argv=None):
     meta = {"seed": args.seed, "threads": args.threads, "images": args.images, "vae_steps": args.vae_steps,
             "vae_check_pass": vae_pass,
             "vae_full_steps": args.vae_full_steps, "vae_batch": args.vae_batch, "vae_lr": args.vae_lr,
+            "vae_shape_weight": args.vae_shape_weight, "weight_cap": args.weight_cap,
             "unet_channels": args.unet_channels, "steps": args.steps, "batch": args.batch, "lr": args.lr,
             "warmup": args.warmup, "t_tilt": args.t_tilt, "scale_factor": scale_factor}
     history = []
@@ -546,7 +560,7 @@ def main(argv=None):
         log(f"eval at step {step}: held-out pass rate {scores} (checkpoint saved)")
 
     train_unet(unet, text, tok, captions, mean, std, scale_factor, args.steps, args.batch, args.lr, gen,
-               evals=args.evals, on_eval=on_eval, warmup=args.warmup, t_tilt=args.t_tilt)
+               evals=args.evals, on_eval=on_eval, warmup=args.warmup, t_tilt=args.t_tilt, weight_cap=args.weight_cap)
     total = time.time() - t0
     size = os.path.getsize(os.path.join(args.out, "demo.safetensors"))
     record = dict(meta, command=" ".join(["scripts/train_demo.py"] + (argv if argv is not None else sys.argv[1:])),
@@ -560,7 +574,7 @@ def main(argv=None):
 
 
 def train_unet(unet, text, tok, captions, mean, std, scale_factor, steps, batch, lr, gen, evals=0, on_eval=None,
-               warmup=100, t_tilt=0.0):
+               warmup=100, t_tilt=0.0, weight_cap=1.0):
     ac = alphas_cumprod()
     ids = torch.tensor([tok.ids(c) for c in captions])
     empty = torch.tensor(tok.ids(""))
@@ -569,6 +583,13 @@ def train_unet(unet, text, tok, captions, mean, std, scale_factor, steps, batch,
     ema = EMA([unet, text], 0.995)  # a ~200-step window: the whole run is only a few thousand steps
     # Still the SD eps objective and schedule; only how often each timestep is drawn is tilted.
     t_weights = 1.0 + t_tilt * torch.arange(TIMESTEPS, dtype=torch.float64) / (TIMESTEPS - 1)
+    # Each sample's eps error weighted by min(1 / alpha_bar_t, cap), normalised to mean 1 over
+    # the drawn timesteps.  The plain eps loss (cap 1) weighs the picture's error at timestep t
+    # by SNR(t), 0.04 at t = 800, where a flat picture's colours are decided and only the
+    # caption can tell them; weighting by 1 / alpha_bar = 1 + 1 / SNR lifts that to
+    # SNR + 1 (capped: 0.77 at t = 800 with cap 20).
+    loss_w = (1.0 / ac).clamp(max=weight_cap)
+    loss_w = (loss_w / (loss_w.double() * t_weights / t_weights.sum()).sum()).float()
     n, start, avg = len(captions), time.time(), None
     eval_at = {round(steps * (k + 1) / evals) for k in range(evals)} if evals else set()
     for step in range(steps):
@@ -583,7 +604,7 @@ def train_unet(unet, text, tok, captions, mean, std, scale_factor, steps, batch,
         noise = torch.randn(z0.shape, generator=gen)
         a = ac[t][:, None, None, None]
         x = a.sqrt() * z0 + (1 - a).sqrt() * noise
-        loss = F.mse_loss(unet(x, t, text(tok_ids)), noise)
+        loss = (loss_w[t] * (unet(x, t, text(tok_ids)) - noise).pow(2).mean((1, 2, 3))).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -31,6 +31,8 @@ ModelConfig load_model_config(const std::string& dir) {
         c.latent_channels = j.at("latent_channels").get<int>();
         c.downsample_factor = j.at("downsample_factor").get<int>();
         c.size_multiple = j.at("size_multiple").get<int>();
+        c.image_size = j.value("image_size", 0);
+        c.guidance_scale = j.value("guidance_scale", 0.0);
         c.context_length = j.at("context_length").get<int>();
         c.context_dim = j.value("context_dim", c.context_dim);
         c.bos_id = j.value("bos_id", c.bos_id);
@@ -52,6 +54,10 @@ ModelConfig load_model_config(const std::string& dir) {
     if (c.alphas_cumprod.size() < 2) throw Error(path + ": alphas_cumprod is missing or too short");
     if (c.latent_channels < 1 || c.downsample_factor < 1 || c.size_multiple < 1 || c.context_length < 2 || c.scale_factor <= 0)
         throw Error(path + ": invalid sizes in model.json");
+    if (!(c.guidance_scale >= 0 && c.guidance_scale <= 100))
+        throw Error(path + ": guidance_scale " + std::to_string(c.guidance_scale) + " is outside 0..100");
+    if (c.image_size < 0 || c.image_size % c.size_multiple != 0)
+        throw Error(path + ": image_size " + std::to_string(c.image_size) + " is not a multiple of size_multiple");
     for (const auto& f : {c.text_encoder_path, c.unet_path, c.vae_decoder_path, c.vocab_path, c.merges_path})
         if (!file_exists(f)) throw Error("model file " + f + " is missing");
     return c;

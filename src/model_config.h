@@ -14,6 +14,8 @@ struct ModelConfig {
     int latent_channels = 4;
     int downsample_factor = 8;
     int size_multiple = 64;
+    int image_size = 0;  // picture edge the model was trained at (model.json "image_size"); 0: not known
+    double guidance_scale = 0;  // the scale the model is meant for (model.json "guidance_scale"); 0: not known
     int context_length = 77;
     int context_dim = 768;
     int bos_id = 49406, eos_id = 49407, pad_id = 49407;

@@ -412,3 +412,50 @@ TEST(BadInput, StepsWhoseScheduleRunsPastTheLastTimestep) {
     args.insert(args.end(), {"--steps", "3"});
     expect_clean_failure(run(args), "--steps 3");
 }
+
+TEST(Output, SizeDefaultsToTheSizeTheModelWasTrainedAt) {
+    // The tiny model's config says image_size 8 (latent): 64x64 pictures unless --H/--W say otherwise.
+    const std::string dir = sdtest::temp_dir();
+    auto latent_shape = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args{sdtest::cli(), "--model", good_model(), "--outdir", dir + "/out", "--quiet",
+                                      "--threads", "1", "--steps", "2", "--prompt", "a cat",
+                                      "--save-latents", dir + "/l.npy"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return sd::read_npy(dir + "/l.npy").shape;
+    };
+    EXPECT_EQ(latent_shape({}), (std::vector<int64_t>{1, 4, 8, 8}));
+    EXPECT_EQ(latent_shape({"--H", "128"}), (std::vector<int64_t>{1, 4, 16, 8}));
+
+    // A size the model cannot take is refused when the model loads.
+    auto m = model_copy();
+    std::ifstream in(m + "/model.json");
+    auto info = nlohmann::json::parse(in);
+    info["image_size"] = 72;
+    sdtest::write_text(m + "/model.json", info.dump());
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "image_size 72");
+}
+
+TEST(Output, ScaleDefaultsToTheOneTheModelRecords) {
+    auto m = model_copy();
+    std::ifstream in(m + "/model.json");
+    auto info = nlohmann::json::parse(in);
+    info["guidance_scale"] = 2.5;
+    sdtest::write_text(m + "/model.json", info.dump());
+    auto scale_of = [&](std::vector<std::string> extra) {
+        auto args = base_args(m, sdtest::temp_dir());
+        args.push_back("--json");
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return nlohmann::json::parse(sdtest::lines(r.out).at(0)).at("scale").get<double>();
+    };
+    EXPECT_EQ(scale_of({}), 2.5);
+    EXPECT_EQ(scale_of({"--scale", "7"}), 7.0);
+    EXPECT_EQ(scale_of({"--scale", "7.5"}), 7.5);
+
+    info["guidance_scale"] = -1;
+    sdtest::write_text(m + "/model.json", info.dump());
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "guidance_scale");
+}

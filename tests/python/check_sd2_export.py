@@ -109,7 +109,7 @@ class ExportTiny2Test(Exports):
         info = read_json(os.path.join(self.st_dir, "model.json"))
         expect = {"family": "sd2", "parameterization": "v", "parameterization_source": "config v2-tiny-v.yaml",
                   "pad_id": 0, "bos_id": 49406, "eos_id": 49407, "tokenizer": "open_clip", "context_dim": 64,
-                  "text_layers_used": 2, "size_multiple": 32, "source": "tiny2.safetensors"}
+                  "text_layers_used": 2, "size_multiple": 32, "image_size": 64, "source": "tiny2.safetensors"}
         for key, value in expect.items():
             self.assertEqual(info[key], value, key)
         ac = np.array(info["alphas_cumprod"], dtype=np.float64).astype(np.float32)

@@ -195,7 +195,7 @@ def write_diffusers(state_dict, ldm, text, out, fmt="safetensors", old_attention
         "down_block_types": ["CrossAttnDownBlock2D" if a else "DownBlock2D" for a in attn],
         "downsample_padding": 1, "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": unet["in_channels"],
         "layers_per_block": unet["num_res_blocks"], "mid_block_scale_factor": 1, "norm_eps": 1e-05,
-        "norm_num_groups": 32, "out_channels": unet["out_channels"], "sample_size": 64,
+        "norm_num_groups": 32, "out_channels": unet["out_channels"], "sample_size": ldm["latent_size"] or 64,
         "up_block_types": ["CrossAttnUpBlock2D" if a else "UpBlock2D" for a in reversed(attn)],
         "use_linear_projection": unet["use_linear_in_transformer"], "upcast_attention": family == "sd2"})
     write_json(os.path.join(out, "vae", "config.json"), {

@@ -186,6 +186,7 @@ class ExportTinyTest(unittest.TestCase):
             info = json.load(f)
         expect = {"format": 1, "family": "sd1", "parameterization": "eps", "dtype": "float32",
                   "scale_factor": 0.18215, "latent_channels": 4, "downsample_factor": 8, "size_multiple": 16,
+                  "image_size": 64,  # v1-tiny.yaml's image_size 8 (latent) x 8
                   "context_length": 77, "context_dim": 32, "bos_id": 49406, "eos_id": 49407, "pad_id": 49407,
                   "num_timesteps": 1000, "linear_start": 0.00085, "linear_end": 0.012,
                   "source": "tiny.safetensors"}
