@@ -201,7 +201,8 @@ def training_item(seed: int, index: int) -> Tuple[str, np.ndarray]:
 
 
 def held_out_captions() -> List[str]:
-    """The 16 held-out triples, each with a position (cycling through all five)."""
+    """The 16 held-out triples, each at a training position (cycling through TRAIN_POSITIONS:
+    only the centre for the demo model)."""
     out = []
     for i, (colour, shape, bg) in enumerate(HELD_OUT):
         out.append(caption(Scene(bg, [Shape(colour, shape, TRAIN_POSITIONS[i % len(TRAIN_POSITIONS)])])))
