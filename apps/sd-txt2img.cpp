@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
                    "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
         ->capture_default_str();
     app.add_option("--H", job.settings.height, "image height in pixels (default: the size the model was trained at, else 512)");
-    app.add_option("--W", job.settings.width, "image width in pixels (default: as --H)");
+    app.add_option("--W", job.settings.width, "image width in pixels (default: the size the model was trained at, else 512)");
     app.add_option("--scale", job.settings.scale, "classifier-free guidance scale (default: the model's, else 7.5)");
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
