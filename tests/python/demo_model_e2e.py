@@ -11,7 +11,10 @@ colour, the shape's colour and where the shape is.
 * the same pictures judged against swapped captions (colours exchanged) fail, and so do
   pictures made from swapped prompts: the check can fail;
 * guidance steers: at scale 0 (the unconditional model that caption dropout trained) the
-  pictures do not show the caption; at scale 1 (the conditional model alone) they do.
+  pictures do not show the caption; at scale 1 (the conditional model alone) they do;
+* at SD's usual scale 7.5 the model still draws the caption once PLMS's step is small enough
+  for that scale (100 steps; at 50 steps 7.5 is outside PLMS's stability bound for this
+  model: models/demo/README.md).
 """
 
 import json
@@ -36,7 +39,7 @@ SWAPPED_MAX = 0.2     # pictures of swapped prompts must (nearly) all fail the o
 UNCONDITIONAL_MAX = 0.2  # at scale 0 the caption is ignored: chance is 1/8 x 1/7 for the two colours
 
 
-def generate(captions, scale, outdir):
+def generate(captions, scale, outdir, extra=()):
     """One CLI run over all captions (SEEDS images each, in caption order); scale None: the
     CLI's default (the model's recorded scale)."""
     prompts = os.path.join(outdir, "prompts.txt")
@@ -46,7 +49,7 @@ def generate(captions, scale, outdir):
     # may run other tests at the same time.
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     scale_args = [] if scale is None else ["--scale", str(scale)]
-    out = subprocess.run([CLI, "--model", MODEL, "--from-file", prompts] + scale_args +
+    out = subprocess.run([CLI, "--model", MODEL, "--from-file", prompts] + scale_args + list(extra) +
                          ["--seed", "1000", "--seed-mode", "per-image",
                           "--n_samples", "8", "--threads", "1", "--outdir", os.path.join(outdir, "img"),
                           "--quiet", "--json"],
@@ -71,14 +74,16 @@ class DemoModelDrawsThePrompt(unittest.TestCase):
         cls.held_out = demo_world.held_out_captions()
         cls.swapped = [demo_world.swapped_caption(c) for c in cls.held_out]
         cls.images, cls.records = {}, {}
-        for name, captions, scale in (("default", cls.held_out, None), ("1", cls.held_out, 1.0),
-                                      ("0", cls.held_out, 0.0), ("swapped", cls.swapped, None)):
+        for name, captions, scale, extra in (("default", cls.held_out, None, ()), ("1", cls.held_out, 1.0, ()),
+                                             ("0", cls.held_out, 0.0, ()), ("swapped", cls.swapped, None, ()),
+                                             ("7.5", cls.held_out, 7.5, ("--steps", "100"))):
             d = os.path.join(cls.tmp.name, name)
             os.makedirs(d)
-            cls.images[name], cls.records[name] = generate(captions, scale, d)
+            cls.images[name], cls.records[name] = generate(captions, scale, d, extra)
         cls.rates = {"held-out, CLI defaults": pass_rate(cls.images["default"], cls.held_out),
                      "held-out, scale 1": pass_rate(cls.images["1"], cls.held_out),
                      "held-out, scale 0": pass_rate(cls.images["0"], cls.held_out),
+                     "held-out, scale 7.5, PLMS 100 steps": pass_rate(cls.images["7.5"], cls.held_out),
                      "swapped prompts vs held-out captions": pass_rate(cls.images["swapped"], cls.held_out),
                      "swapped prompts vs their own captions": pass_rate(cls.images["swapped"], cls.swapped),
                      "held-out pictures vs swapped captions": pass_rate(cls.images["default"], cls.swapped)}
@@ -108,6 +113,11 @@ class DemoModelDrawsThePrompt(unittest.TestCase):
         # Scale 0 is the unconditional model alone: the caption must not show.
         self.assertLessEqual(self.rates["held-out, scale 0"], UNCONDITIONAL_MAX)
         self.assertGreaterEqual(self.rates["held-out, scale 1"], PASS_RATE)
+
+    def test_reference_scale_with_a_fine_enough_step(self):
+        r = self.records["7.5"][0]
+        self.assertEqual((r["scale"], r["steps"], r["sampler"]), (7.5, 100, "plms"))
+        self.assertGreaterEqual(self.rates["held-out, scale 7.5, PLMS 100 steps"], PASS_RATE)
 
 
 class HeldOutIsHeldOut(unittest.TestCase):
