@@ -57,14 +57,20 @@ def read_weights(path):
     return out
 
 
+# The archive entry that records every parameter's shape beside the emptied
+# placeholders, so the loader can refuse another model's weight file up front.
+SHAPES_ENTRY = "parameter_shapes.json"
+
+
 def save_stage(scripted, pt_path, weights_file):
     """Writes the weights file and the TorchScript file. The module's parameters
     are emptied on the way (scripting shares them with the module it was made from)."""
     params = list(scripted.named_parameters())
     write_weights(weights_file, params)
+    shapes = json.dumps({name: list(p.shape) for name, p in params}, separators=(",", ":"))
     for _, p in params:
         p.data = torch.empty(0, dtype=p.dtype)
-    torch.jit.save(scripted, pt_path)
+    torch.jit.save(scripted, pt_path, _extra_files={SHAPES_ENTRY: shapes})
 
 
 def load_stage(path):

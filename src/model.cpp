@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <memory>
+#include <sstream>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "error.h"
 #include "fs_util.h"
@@ -44,10 +47,37 @@ at::ScalarType dtype_of(const std::string& name) {
     return name == "F32" ? at::kFloat : name == "F16" ? at::kHalf : at::kBFloat16;
 }
 
+using ShapeMap = std::unordered_map<std::string, std::vector<int64_t>>;
+
+// The archive entry where the export records each parameter's shape: the code
+// file keeps only empty placeholders, so without it a weight file of another
+// model with the same parameter names would load and fail mid-run.
+constexpr const char* kShapesEntry = "parameter_shapes.json";
+
+ShapeMap recorded_shapes(const std::string& text, const std::string& pt_path) {
+    ShapeMap shapes;
+    if (text.empty()) return shapes;  // an export older than the record: nothing to check against
+    try {
+        const auto j = nlohmann::json::parse(text);
+        for (const auto& [name, dims] : j.items()) shapes[name] = dims.get<std::vector<int64_t>>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error("model file " + pt_path + " has a damaged " + kShapesEntry);
+    }
+    return shapes;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::ostringstream o;
+    o << '[';
+    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
+    o << ']';
+    return o.str();
+}
+
 // Points every parameter of m at its bytes in the weight file. A tensor that
 // is converted or moved away hands its pages back at once (MADV_DONTNEED), so
 // widening an fp16 file never holds both copies of the weights.
-void map_weights(torch::jit::Module& m, const std::string& path) {
+void map_weights(torch::jit::Module& m, const std::string& path, const ShapeMap& shapes, const std::string& pt_path) {
     const auto index = read_weight_index(path);
     const auto mapping = map_file(path);
     std::unordered_map<std::string, const WeightEntry*> by_name;
@@ -57,6 +87,10 @@ void map_weights(torch::jit::Module& m, const std::string& path) {
         auto it = by_name.find(p.name);
         if (it == by_name.end()) throw Error("weights file " + path + " lacks the parameter " + p.name);
         const WeightEntry& w = *it->second;
+        if (auto want = shapes.find(p.name); want != shapes.end() && want->second != w.shape)
+            throw Error("weights file " + path + " does not fit " + pt_path + ": " + p.name + " is " +
+                        shape_text(w.shape) + " there, the model expects " + shape_text(want->second) +
+                        " (files of two different exports?)");
         char* data = static_cast<char*>(mapping->base) + w.begin;
         auto release = [mapping, data, bytes = w.end - w.begin](void*) {
             const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -94,6 +128,13 @@ AttentionSetting parse_attention(const std::string& text) {
     return a;
 }
 
+std::string script_error_line(const std::string& what) {
+    size_t end = what.find_last_not_of(" \t\r\n");
+    if (end == std::string::npos) return "unknown error";
+    const size_t begin = what.find_last_of('\n', end);
+    return what.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
 std::string short_message(const c10::Error& e) {
     std::string m = e.what_without_backtrace();
     auto nl = m.find('\n');
@@ -103,11 +144,12 @@ std::string short_message(const c10::Error& e) {
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device) {
     if (!file_exists(path)) throw Error("model file " + path + " is missing");
     try {
-        auto m = torch::jit::load(path, torch::kCPU);
+        torch::jit::ExtraFilesMap extra{{kShapesEntry, ""}};
+        auto m = torch::jit::load(path, torch::kCPU, extra);
         m.eval();
         const std::string weights_path = weight_file_for(path);
         if (file_exists(weights_path)) {
-            map_weights(m, weights_path);
+            map_weights(m, weights_path, recorded_shapes(extra[kShapesEntry], path), path);
         } else {
             for (const auto& p : m.parameters())
                 if (p.numel() == 0) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");

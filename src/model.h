@@ -35,4 +35,9 @@ void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split);
 // The first line of a LibTorch error, without its C++ backtrace.
 std::string short_message(const c10::Error& e);
 
+// The last line of an error raised inside TorchScript code: the text is a
+// traceback of the scripted source, and its last line ("RuntimeError: ...")
+// is the one that says what went wrong.
+std::string script_error_line(const std::string& what);
+
 }  // namespace sd

@@ -348,8 +348,14 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
             out.images.push_back(std::move(img));
         }
         return out;
+    } catch (const Error&) {
+        throw;
     } catch (const c10::Error& e) {
         throw std::runtime_error("model run failed: " + short_message(e));
+    } catch (const std::runtime_error& e) {
+        // What fails inside scripted code comes back as a runtime_error whose
+        // text is the TorchScript traceback.
+        throw std::runtime_error("model run failed: " + script_error_line(e.what()));
     }
 }
 

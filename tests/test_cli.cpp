@@ -282,6 +282,37 @@ TEST(BadInput, WeightFileOfAnotherStage) {
     expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "unet.weights");
 }
 
+// Another export's weight file with the same parameter names but other shapes
+// (here: two dimensions of one VAE tensor exchanged, the same bytes) is refused
+// when the stage loads, by the shapes the .pt records, not by a traceback from
+// the middle of the run.
+TEST(BadInput, WeightFileOfAnotherArchitecture) {
+    auto m = model_copy();
+    const std::string path = m + "/vae_decoder.weights";
+    std::string bytes = sdtest::read_text(path);
+    std::string name, from, to;
+    for (const auto& w : sd::read_weight_index(path)) {
+        if (w.shape.size() == 4 && w.shape[0] != w.shape[1]) {
+            auto dims = [](int64_t a, int64_t b, int64_t c, int64_t d) {
+                return "[" + std::to_string(a) + "," + std::to_string(b) + "," + std::to_string(c) + "," + std::to_string(d) + "]";
+            };
+            name = w.name;
+            from = "\"" + name + "\":{\"dtype\":\"" + w.dtype + "\",\"shape\":" + dims(w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+            to = "\"" + name + "\":{\"dtype\":\"" + w.dtype + "\",\"shape\":" + dims(w.shape[1], w.shape[0], w.shape[2], w.shape[3]);
+            break;
+        }
+    }
+    ASSERT_FALSE(name.empty()) << "no 4-d tensor with two different leading sizes";
+    const auto at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    bytes.replace(at, from.size(), to);
+    sdtest::write_text(path, bytes);
+    ASSERT_NO_THROW(sd::read_weight_index(path)) << "the header itself stays valid";
+    auto r = run(base_args(m, sdtest::temp_dir()));
+    expect_clean_failure(r, "vae_decoder.weights");
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+}
+
 TEST(BadInput, GarbageModelJson) {
     auto m = model_copy();
     sdtest::write_text(m + "/model.json", "{\"format\": 1, \"scale_factor\": ");

@@ -142,3 +142,15 @@ TEST(Stages, CorruptStageFileIsAClearError) {
         EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
     }
 }
+
+// What fails inside scripted code arrives as the TorchScript traceback; the
+// CLI shows its last line, the one that names the fault.
+TEST(Stages, ScriptErrorLineIsTheTracebacksLastLine) {
+    EXPECT_EQ(sd::script_error_line("The following operation failed in the TorchScript interpreter.\n"
+                                    "Traceback of TorchScript, serialized code (most recent call last):\n"
+                                    "  File \"code/__torch__/m.py\", line 12, in forward\n"
+                                    "RuntimeError: Given groups=1, weight of size [3, 16, 3, 3]\n\n"),
+              "RuntimeError: Given groups=1, weight of size [3, 16, 3, 3]");
+    EXPECT_EQ(sd::script_error_line("one line"), "one line");
+    EXPECT_EQ(sd::script_error_line(" \n\n"), "unknown error");
+}
