@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
 #include "error.h"
@@ -74,11 +75,39 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return o.str();
 }
 
+// The shapes a .pt records, read from its archive without loading the module.
+ShapeMap shapes_in_archive(const std::string& pt_path) {
+    caffe2::serialize::PyTorchStreamReader reader(pt_path);
+    const std::string entry = std::string("extra/") + kShapesEntry;
+    if (!reader.hasRecord(entry)) return {};
+    auto [data, size] = reader.getRecord(entry);
+    return recorded_shapes(std::string(static_cast<const char*>(data.get()), size), pt_path);
+}
+
+// A weight file fits its code when it holds exactly the recorded parameters,
+// each in the recorded shape.
+void check_fit(const std::vector<WeightEntry>& index, const ShapeMap& shapes, const std::string& path,
+               const std::string& pt_path) {
+    std::unordered_map<std::string, const WeightEntry*> by_name;
+    for (const auto& w : index) by_name[w.name] = &w;
+    for (const auto& [name, want] : shapes) {
+        auto it = by_name.find(name);
+        if (it == by_name.end()) throw Error("weights file " + path + " lacks the parameter " + name);
+        if (it->second->shape != want)
+            throw Error("weights file " + path + " does not fit " + pt_path + ": " + name + " is " +
+                        shape_text(it->second->shape) + " there, the model expects " + shape_text(want) +
+                        " (files of two different exports?)");
+    }
+    if (by_name.size() != shapes.size())
+        throw Error("weights file " + path + " holds tensors its model file does not have");
+}
+
 // Points every parameter of m at its bytes in the weight file. A tensor that
 // is converted or moved away hands its pages back at once (MADV_DONTNEED), so
 // widening an fp16 file never holds both copies of the weights.
 void map_weights(torch::jit::Module& m, const std::string& path, const ShapeMap& shapes, const std::string& pt_path) {
     const auto index = read_weight_index(path);
+    if (!shapes.empty()) check_fit(index, shapes, path, pt_path);
     const auto mapping = map_file(path);
     std::unordered_map<std::string, const WeightEntry*> by_name;
     for (const auto& w : index) by_name[w.name] = &w;
@@ -87,10 +116,6 @@ void map_weights(torch::jit::Module& m, const std::string& path, const ShapeMap&
         auto it = by_name.find(p.name);
         if (it == by_name.end()) throw Error("weights file " + path + " lacks the parameter " + p.name);
         const WeightEntry& w = *it->second;
-        if (auto want = shapes.find(p.name); want != shapes.end() && want->second != w.shape)
-            throw Error("weights file " + path + " does not fit " + pt_path + ": " + p.name + " is " +
-                        shape_text(w.shape) + " there, the model expects " + shape_text(want->second) +
-                        " (files of two different exports?)");
         char* data = static_cast<char*>(mapping->base) + w.begin;
         auto release = [mapping, data, bytes = w.end - w.begin](void*) {
             const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -139,6 +164,26 @@ std::string short_message(const c10::Error& e) {
     std::string m = e.what_without_backtrace();
     auto nl = m.find('\n');
     return nl == std::string::npos ? m : m.substr(0, nl);
+}
+
+void check_stage_files(const std::string& path) {
+    if (!file_exists(path)) throw Error("model file " + path + " is missing");
+    ShapeMap shapes;
+    try {
+        shapes = shapes_in_archive(path);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception&) {
+        throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");
+    }
+    const std::string weights_path = weight_file_for(path);
+    if (!file_exists(weights_path)) {
+        // Without the record, an old export with the weights inside the .pt is still fine.
+        if (!shapes.empty()) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
+        return;
+    }
+    const auto index = read_weight_index(weights_path);
+    if (!shapes.empty()) check_fit(index, shapes, weights_path, path);
 }
 
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device) {

@@ -24,6 +24,12 @@ AttentionSetting parse_attention(const std::string& text);
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
                               c10::Device device = c10::kCPU);
 
+// The checks load_stage makes on a stage's files, from their headers alone (the
+// .pt's archive directory and recorded parameter shapes, the .weights header):
+// milliseconds, so every stage is checked before the first one runs and a
+// broken VAE file is not found only after sampling. Throws sd::Error.
+void check_stage_files(const std::string& path);
+
 // Sets the strategy on every attention module inside m (the int attributes
 // attention_mode / attention_chunk of docs/model-format.md).
 void set_attention(torch::jit::Module& m, const AttentionSetting& a);

@@ -219,6 +219,8 @@ Pipeline::Pipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl
     if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     impl_->config = load_model_config(options.model_dir);
+    for (const auto* stage : {&impl_->config.text_encoder_path, &impl_->config.unet_path, &impl_->config.vae_decoder_path})
+        check_stage_files(*stage);
     impl_->memory = memory_model(impl_->config);
     impl_->tokenizer = ClipTokenizer::load(impl_->config.vocab_path, impl_->config.merges_path);
     configure_runtime(options.threads);

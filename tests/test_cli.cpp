@@ -3,8 +3,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
@@ -311,6 +313,32 @@ TEST(BadInput, WeightFileOfAnotherArchitecture) {
     auto r = run(base_args(m, sdtest::temp_dir()));
     expect_clean_failure(r, "vae_decoder.weights");
     EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+}
+
+// The VAE loads last, after sampling; its broken files are still reported
+// before the first step (the progress lines would come first otherwise).
+TEST(BadInput, BrokenVaeFilesAreReportedBeforeSampling) {
+    const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> damages = {
+        {"vae_decoder.weights", [](const std::string& m) {
+             std::filesystem::resize_file(m + "/vae_decoder.weights", std::filesystem::file_size(m + "/vae_decoder.weights") - 4);
+         }},
+        {"vae_decoder.weights", [](const std::string& m) { std::filesystem::remove(m + "/vae_decoder.weights"); }},
+        {"vae_decoder.pt", [](const std::string& m) {
+             std::filesystem::resize_file(m + "/vae_decoder.pt", std::filesystem::file_size(m + "/vae_decoder.pt") / 2);
+         }},
+        {"vae_decoder.pt", [](const std::string& m) { std::filesystem::remove(m + "/vae_decoder.pt"); }},
+    };
+    int i = 0;
+    for (const auto& [file, damage] : damages) {
+        SCOPED_TRACE(std::to_string(i++) + ": " + file);
+        const std::string m = sdtest::temp_dir() + "/model";
+        std::filesystem::remove_all(m);
+        std::filesystem::copy(good_model(), m, std::filesystem::copy_options::recursive);
+        damage(m);
+        auto args = base_args(m, sdtest::temp_dir());
+        args.erase(std::find(args.begin(), args.end(), "--quiet"));
+        expect_clean_failure(run(args), file);
+    }
 }
 
 TEST(BadInput, GarbageModelJson) {
