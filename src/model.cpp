@@ -154,10 +154,11 @@ AttentionSetting parse_attention(const std::string& text) {
 }
 
 std::string script_error_line(const std::string& what) {
-    size_t end = what.find_last_not_of(" \t\r\n");
+    const size_t end = what.find_last_not_of(" \t\r\n");
     if (end == std::string::npos) return "unknown error";
-    const size_t begin = what.find_last_of('\n', end);
-    return what.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+    const size_t newline = what.find_last_of('\n', end);
+    const size_t begin = newline == std::string::npos ? 0 : newline + 1;
+    return what.substr(begin, end + 1 - begin);
 }
 
 std::string short_message(const c10::Error& e) {
