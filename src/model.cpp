@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -55,18 +56,6 @@ using ShapeMap = std::unordered_map<std::string, std::vector<int64_t>>;
 // model with the same parameter names would load and fail mid-run.
 constexpr const char* kShapesEntry = "parameter_shapes.json";
 
-ShapeMap recorded_shapes(const std::string& text, const std::string& pt_path) {
-    ShapeMap shapes;
-    if (text.empty()) return shapes;  // an export older than the record: nothing to check against
-    try {
-        const auto j = nlohmann::json::parse(text);
-        for (const auto& [name, dims] : j.items()) shapes[name] = dims.get<std::vector<int64_t>>();
-    } catch (const nlohmann::json::exception&) {
-        throw Error("model file " + pt_path + " has a damaged " + kShapesEntry);
-    }
-    return shapes;
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
     std::ostringstream o;
     o << '[';
@@ -75,13 +64,21 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return o.str();
 }
 
-// The shapes a .pt records, read from its archive without loading the module.
+// The shapes a .pt records, read from its archive without loading the module;
+// none for an export older than the record.
 ShapeMap shapes_in_archive(const std::string& pt_path) {
     caffe2::serialize::PyTorchStreamReader reader(pt_path);
     const std::string entry = std::string("extra/") + kShapesEntry;
     if (!reader.hasRecord(entry)) return {};
     auto [data, size] = reader.getRecord(entry);
-    return recorded_shapes(std::string(static_cast<const char*>(data.get()), size), pt_path);
+    ShapeMap shapes;
+    try {
+        const auto j = nlohmann::json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+        for (const auto& [name, dims] : j.items()) shapes[name] = dims.get<std::vector<int64_t>>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error("model file " + pt_path + " has a damaged " + kShapesEntry);
+    }
+    return shapes;
 }
 
 // A weight file fits its code when it holds exactly the recorded parameters,
@@ -105,9 +102,7 @@ void check_fit(const std::vector<WeightEntry>& index, const ShapeMap& shapes, co
 // Points every parameter of m at its bytes in the weight file. A tensor that
 // is converted or moved away hands its pages back at once (MADV_DONTNEED), so
 // widening an fp16 file never holds both copies of the weights.
-void map_weights(torch::jit::Module& m, const std::string& path, const ShapeMap& shapes, const std::string& pt_path) {
-    const auto index = read_weight_index(path);
-    if (!shapes.empty()) check_fit(index, shapes, path, pt_path);
+void map_weights(torch::jit::Module& m, const std::string& path, const std::vector<WeightEntry>& index) {
     const auto mapping = map_file(path);
     std::unordered_map<std::string, const WeightEntry*> by_name;
     for (const auto& w : index) by_name[w.name] = &w;
@@ -129,6 +124,30 @@ void map_weights(torch::jit::Module& m, const std::string& path, const ShapeMap&
         ++used;
     }
     if (used != index.size()) throw Error("weights file " + path + " holds tensors its model file does not have");
+}
+
+// The checks on a stage's files that need only their headers. Returns the
+// weight file's index, or nothing for an old export that keeps its weights
+// inside the .pt.
+std::optional<std::vector<WeightEntry>> checked_weight_index(const std::string& path) {
+    if (!file_exists(path)) throw Error("model file " + path + " is missing");
+    ShapeMap shapes;
+    try {
+        shapes = shapes_in_archive(path);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception&) {
+        throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");
+    }
+    const std::string weights_path = weight_file_for(path);
+    if (!file_exists(weights_path)) {
+        // Without the record, an old export with the weights inside the .pt is still fine.
+        if (!shapes.empty()) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
+        return std::nullopt;
+    }
+    auto index = read_weight_index(weights_path);
+    if (!shapes.empty()) check_fit(index, shapes, weights_path, path);
+    return index;
 }
 
 }  // namespace
@@ -167,35 +186,16 @@ std::string short_message(const c10::Error& e) {
     return nl == std::string::npos ? m : m.substr(0, nl);
 }
 
-void check_stage_files(const std::string& path) {
-    if (!file_exists(path)) throw Error("model file " + path + " is missing");
-    ShapeMap shapes;
-    try {
-        shapes = shapes_in_archive(path);
-    } catch (const Error&) {
-        throw;
-    } catch (const std::exception&) {
-        throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");
-    }
-    const std::string weights_path = weight_file_for(path);
-    if (!file_exists(weights_path)) {
-        // Without the record, an old export with the weights inside the .pt is still fine.
-        if (!shapes.empty()) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
-        return;
-    }
-    const auto index = read_weight_index(weights_path);
-    if (!shapes.empty()) check_fit(index, shapes, weights_path, path);
-}
+void check_stage_files(const std::string& path) { checked_weight_index(path); }
 
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device) {
-    if (!file_exists(path)) throw Error("model file " + path + " is missing");
+    const auto index = checked_weight_index(path);
     try {
-        torch::jit::ExtraFilesMap extra{{kShapesEntry, ""}};
-        auto m = torch::jit::load(path, torch::kCPU, extra);
+        auto m = torch::jit::load(path, torch::kCPU);
         m.eval();
         const std::string weights_path = weight_file_for(path);
-        if (file_exists(weights_path)) {
-            map_weights(m, weights_path, recorded_shapes(extra[kShapesEntry], path), path);
+        if (index) {
+            map_weights(m, weights_path, *index);
         } else {
             for (const auto& p : m.parameters())
                 if (p.numel() == 0) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");

@@ -286,7 +286,7 @@ TEST(BadInput, WeightFileOfAnotherStage) {
 
 // Another export's weight file with the same parameter names but other shapes
 // (here: two dimensions of one VAE tensor exchanged, the same bytes) is refused
-// when the stage loads, by the shapes the .pt records, not by a traceback from
+// before the run starts, by the shapes the .pt records, not by a traceback from
 // the middle of the run.
 TEST(BadInput, WeightFileOfAnotherArchitecture) {
     auto m = model_copy();
@@ -331,9 +331,7 @@ TEST(BadInput, BrokenVaeFilesAreReportedBeforeSampling) {
     int i = 0;
     for (const auto& [file, damage] : damages) {
         SCOPED_TRACE(std::to_string(i++) + ": " + file);
-        const std::string m = sdtest::temp_dir() + "/model";
-        std::filesystem::remove_all(m);
-        std::filesystem::copy(good_model(), m, std::filesystem::copy_options::recursive);
+        const std::string m = model_copy();
         damage(m);
         auto args = base_args(m, sdtest::temp_dir());
         args.erase(std::find(args.begin(), args.end(), "--quiet"));
