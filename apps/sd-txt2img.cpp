@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -14,14 +16,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "block_cache.h"
+#include "engine.h"
 #include "error.h"
 #include "fs_util.h"
 #include "progress.h"
 #include "prompts.h"
-#include "runtime.h"
 #include "tokenizer.h"
 #include "txt2img.h"
+#include "value_rules.h"
 
 #ifndef SD_DEFAULT_MODEL_DIR
 #define SD_DEFAULT_MODEL_DIR "models/demo"
@@ -39,11 +41,19 @@ int fail(int code, const std::string& message) {
     return code;
 }
 
-void print_tokens(const sd::ClipTokenizer& tok, const std::vector<std::string>& prompts, int ctx, int bos, int eos, int pad) {
-    for (const auto& p : prompts) {
-        nlohmann::json ids = tok.encode_padded(p, ctx, bos, eos, pad);
-        std::cout << ids.dump() << "\n";
+// Every line of data goes through here: a write that fails (a full disk, a
+// closed file) ends the run with exit 2 instead of losing the records quietly.
+void print_data_line(const std::string& line) {
+    std::cout << line << '\n';
+    std::cout.flush();
+    if (!std::cout) {
+        const int err = errno;
+        throw sd::RunFailure(std::string("cannot write to standard output: ") + std::strerror(err ? err : EIO));
     }
+}
+
+void print_tokens(const sd::ClipTokenizer& tok, const std::vector<std::string>& prompts, int ctx, int bos, int eos, int pad) {
+    for (const auto& p : prompts) print_data_line(nlohmann::json(tok.encode_padded(p, ctx, bos, eos, pad)).dump());
 }
 
 // SIGINT/SIGTERM only set this flag; the run checks it between sampler steps
@@ -121,6 +131,18 @@ nlohmann::ordered_json image_json(const sd::ImageRecord& r) {
     return j;
 }
 
+// Numbers from flags follow the same rules as those from JSONL lines (value_rules.h).
+void check_numeric_flags(const CLI::App& app, const sd::Txt2ImgJob& job, int batch_size, int threads) {
+    sd::check_whole("--steps", job.settings.steps, sd::kStepsRange);
+    if (app.count("--H")) sd::check_whole("--H", job.settings.height, sd::kSideRange);
+    if (app.count("--W")) sd::check_whole("--W", job.settings.width, sd::kSideRange);
+    if (app.count("--scale")) sd::check_scale("--scale", job.settings.scale);
+    sd::check_whole("--n_samples", job.n_samples, sd::kSamplesRange);
+    sd::check_whole("--n_iter", job.n_iter, sd::kIterRange);
+    if (app.count("--batch-size")) sd::check_whole("--batch-size", batch_size, sd::kSamplesRange);
+    sd::check_threads(threads);
+}
+
 // "auto" -> unset (the planner decides), "on" -> true, "off" -> false.
 std::optional<bool> parse_switch(const std::string& flag, const std::string& v) {
     if (v == "auto") return std::nullopt;
@@ -163,8 +185,7 @@ void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& jo
                   "%.2f s, start to first step %.2f s\n",
                   t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step);
     std::cerr << "sd-txt2img: " << buf;
-    const auto c = sd::block_cache_stats();
-    std::cerr << "sd-txt2img: allocator: " << c.hits << " of " << c.hits + c.misses << " large blocks reused\n";
+    std::cerr << "sd-txt2img: allocator: " << m.reused_blocks << " of " << m.large_blocks << " large blocks reused\n";
 }
 
 }  // namespace
@@ -180,7 +201,7 @@ int main(int argc, char** argv) {
     sd::Txt2ImgJob job;
     bool plms = false, tokenize = false, quiet = false, json = false;
     int threads = 0;
-    long long seed = 42;
+    std::string seed = "42";
 
     // ---- flags (all in this block) ----
     app.add_option("--model", model_dir, "exported model folder (scripts/export_model.py)");
@@ -189,7 +210,7 @@ int main(int argc, char** argv) {
                    "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
     app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
-    app.add_option("--seed", seed, "seed")->capture_default_str();
+    app.add_option("--seed", seed, "seed, 0 to 18446744073709551615")->capture_default_str();
     app.add_option("--seed-mode", seed_mode,
                    "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
         ->capture_default_str();
@@ -275,8 +296,8 @@ int main(int argc, char** argv) {
 
         if (plms) sampler = "plms";
         job.settings.sampler = sampler;
-        if (seed < 0) throw sd::Error("--seed must not be negative");
-        job.seed = static_cast<uint64_t>(seed);
+        job.seed = sd::parse_seed("--seed", seed);
+        check_numeric_flags(app, job, batch_size, threads);
         if (seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
         else if (seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
         else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + seed_mode + "\"");
@@ -297,7 +318,8 @@ int main(int argc, char** argv) {
         options.sequential = parse_switch("--sequential-load", sequential_load);
         options.vae_tile = parse_tiling(vae_tiling);
         if (app.count("--batch-size")) options.batch_size = batch_size;
-        sd::Pipeline pipeline(options);
+        const auto loaded = sd::load_pipeline(options);
+        sd::Pipeline& pipeline = *loaded;
         // Unset sizes: the size the model was trained at (a 64x64 demo model, SD 1.x 512);
         // unset scale: the one its export recorded (the demo model's, models/demo/README.md).
         if (const int native = pipeline.config().image_size; native > 0) {
@@ -307,7 +329,9 @@ int main(int argc, char** argv) {
         if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
         if (show_plan) {
             pipeline.check(job.settings);
-            std::cout << pipeline.plan(job.settings, job.n_samples).describe();
+            std::string plan_text = pipeline.plan(job.settings, job.n_samples).describe();
+            if (!plan_text.empty() && plan_text.back() == '\n') plan_text.pop_back();
+            print_data_line(plan_text);
             return 0;
         }
         job.model_name = model_name(pipeline.config(), model_dir);
@@ -318,9 +342,8 @@ int main(int argc, char** argv) {
         sd::Txt2ImgEvents events;
         events.image_written = [&](const sd::ImageRecord& r) {
             progress.clear();
-            if (json) std::cout << image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
-            else std::cout << r.path << std::endl;
-            ++written;
+            ++written;  // the image is on disk whatever happens to its line
+            print_data_line(json ? image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : r.path);
         };
         events.progress = [&](const sd::ProgressInfo& p) { progress.update(p); };
         events.note = [&](const std::string& text) {
@@ -350,7 +373,9 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         progress.clear();
         int code = fail(2, e.what());
-        if (written > 0) std::cerr << "sd-txt2img: " << written << " images were written before the failure and are whole\n";
+        if (written > 0)
+            std::cerr << "sd-txt2img: " << written << (written == 1 ? " image was" : " images were")
+                      << " written before the failure and " << (written == 1 ? "is" : "are") << " whole\n";
         return code;
     }
 }

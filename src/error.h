@@ -10,4 +10,10 @@ struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A failure while running, after the input was accepted (the disk filled up,
+// stdout closed, sampling diverged): the CLI exits 2 for it, not 1.
+struct RunFailure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 }  // namespace sd

@@ -78,6 +78,18 @@ void ensure_writable_dir(const std::string& dir) {
     ::unlink(probe.c_str());
 }
 
+void check_new_file_path(const std::string& path, const std::string& what) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0) {
+        const char* kind = S_ISREG(st.st_mode) ? "a file" : S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a folder" : "a special file";
+        throw Error(what + " " + path + ": " + kind + " is already there; it is never replaced (choose a new name)");
+    }
+    const auto slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (!is_directory(dir)) throw Error(what + " " + path + ": the folder " + dir + " does not exist");
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(what + " " + path + ": the folder " + dir + " is not writable");
+}
+
 bool file_exists(const std::string& path) {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0;

@@ -18,6 +18,12 @@ bool write_file_new(const std::string& path, const void* data, size_t size);
 // created in it. Throws sd::Error naming the folder otherwise.
 void ensure_writable_dir(const std::string& dir);
 
+// For an output file that must not exist yet (--save-latents): refuses a path
+// where anything is, a file, a symlink (even a dangling one), a FIFO or a
+// device, and a path whose folder is missing or not writable. `what` names
+// the option in the message. Throws sd::Error.
+void check_new_file_path(const std::string& path, const std::string& what);
+
 bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);

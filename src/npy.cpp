@@ -92,7 +92,8 @@ void write_npy(const std::string& path, const std::string& dtype, const std::vec
     out += char((header.size() >> 8) & 0xff);
     out += header;
     out.append(static_cast<const char*>(data), bytes);
-    write_file_atomic(path, out.data(), out.size());
+    if (!write_file_new(path, out.data(), out.size()))
+        throw Error(path + " already exists; it is not replaced (choose another name)");
 }
 
 }  // namespace sd

@@ -20,7 +20,8 @@ struct NpyArray {
 // Throws sd::Error naming the file on any problem (missing, truncated, unsupported).
 NpyArray read_npy(const std::string& path);
 
-// Writes atomically (temporary name, then rename). Throws sd::Error on failure.
+// Writes atomically (temporary name, then link) and never replaces anything:
+// throws sd::Error when path exists, or on any other failure.
 void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape,
                const void* data, size_t bytes);
 

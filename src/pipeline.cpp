@@ -122,7 +122,27 @@ std::string ComputeChoice::describe() const {
     return s + ", weights held in " + weights + " (text encoder: fp32)";
 }
 
-struct Pipeline::Impl {
+// The LibTorch implementation of the Pipeline interface.
+class TorchPipeline final : public Pipeline {
+public:
+    explicit TorchPipeline(const PipelineOptions& options);
+    ~TorchPipeline() override;
+    const ModelConfig& config() const override;
+    const ComputeChoice& compute() const override;
+    void check(const GenerateSettings& s) const override;
+    MemoryPlan plan(const GenerateSettings& s, int images) const override;
+    const StagePeaks& measured() const override;
+    const StageTimes& timings() const override;
+    void seed(uint64_t seed) override;
+    BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
+                         const ProgressFn& progress) override;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+struct TorchPipeline::Impl {
     PipelineOptions options;
     ComputeChoice compute;
     c10::Device device = c10::kCPU;
@@ -209,7 +229,7 @@ struct Pipeline::Impl {
     }
 };
 
-Pipeline::Pipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl>()) {
+TorchPipeline::TorchPipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl>()) {
     impl_->options = options;
     if (options.attention != "auto") parse_attention(options.attention);  // reject bad names up front
     impl_->compute = resolve_compute(options);
@@ -227,20 +247,26 @@ Pipeline::Pipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl
     impl_->base_rss = static_cast<double>(current_rss_bytes());
 }
 
-Pipeline::~Pipeline() = default;
+TorchPipeline::~TorchPipeline() = default;
 
-const ModelConfig& Pipeline::config() const { return impl_->config; }
-const ClipTokenizer& Pipeline::tokenizer() const { return *impl_->tokenizer; }
-const ComputeChoice& Pipeline::compute() const { return impl_->compute; }
-const StagePeaks& Pipeline::measured() const { return impl_->peaks; }
-const StageTimes& Pipeline::timings() const { return impl_->times; }
+const ModelConfig& TorchPipeline::config() const { return impl_->config; }
+const ComputeChoice& TorchPipeline::compute() const { return impl_->compute; }
+const StagePeaks& TorchPipeline::measured() const {
+    const auto c = block_cache_stats();
+    impl_->peaks.large_blocks = static_cast<long long>(c.hits + c.misses);
+    impl_->peaks.reused_blocks = static_cast<long long>(c.hits);
+    return impl_->peaks;
+}
+const StageTimes& TorchPipeline::timings() const { return impl_->times; }
 
-void Pipeline::check(const GenerateSettings& s) const {
+void TorchPipeline::check(const GenerateSettings& s) const {
     const auto& c = impl_->config;
     check_sampler_settings(s.sampler, s.schedule);
     parse_parameterization(c.parameterization);
     const int T = static_cast<int>(c.alphas_cumprod.size());
-    if (s.steps < 1 || s.steps > T) throw Error("--steps must be between 1 and " + std::to_string(T) + ", got " + std::to_string(s.steps));
+    if (s.steps < 1 || s.steps > T)
+        throw Error("--steps must be between 1 and " + std::to_string(T) + ", the number of timesteps in this model's noise " +
+                    "schedule (model.json alphas_cumprod), got " + std::to_string(s.steps));
     if (!is_k_sampler(s.sampler)) compvis_timesteps(s.steps, T);  // rejects counts whose schedule runs past T-1
     for (auto [name, v] : {std::pair<const char*, int>{"--H", s.height}, {"--W", s.width}}) {
         if (v < c.size_multiple || v % c.size_multiple != 0)
@@ -249,7 +275,7 @@ void Pipeline::check(const GenerateSettings& s) const {
     }
 }
 
-MemoryPlan Pipeline::plan(const GenerateSettings& s, int images) const {
+MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
     // On a GPU the budget is the device's memory, which the host RSS does not touch.
     MemoryPlan p = plan_memory(impl_->memory, impl_->request(s, images), impl_->device.is_cpu() ? impl_->base_rss : 0);
     p.compute = impl_->compute.describe();
@@ -260,9 +286,9 @@ MemoryPlan Pipeline::plan(const GenerateSettings& s, int images) const {
     return p;
 }
 
-void Pipeline::seed(uint64_t seed) { impl_->gen = at::make_generator<at::CPUGeneratorImpl>(seed); }
+void TorchPipeline::seed(uint64_t seed) { impl_->gen = at::make_generator<at::CPUGeneratorImpl>(seed); }
 
-BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const GenerateSettings& s, const ProgressFn& progress) {
+BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, const GenerateSettings& s, const ProgressFn& progress) {
     check(s);
     if (prompts.empty()) throw Error("no prompts to generate");
     auto& im = *impl_;
@@ -327,11 +353,19 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         const SamplerSettings ks{s.sampler, s.schedule, s.steps, parse_parameterization(c.parameterization)};
         if (first_batch) im.times.start_to_first_step = seconds_since_process_start();
         at::Tensor latents = sample(ks, eps, x, c.alphas_cumprod, im.gen, on_step).contiguous();
+        // NaN turns into black pixels silently; stop instead, before anything is written.
+        if (!at::isfinite(latents).all().item<bool>())
+            throw RunFailure("sampling gave NaN or infinite latents, so no image was written: the model's weights may hold "
+                             "NaN or Inf (a damaged or badly converted checkpoint), or --scale is too large for this "
+                             "sampler and step count");
         if (plan.sequential) im.release(im.unet);
         end_stage(im.peaks.unet, im.peaks.unet_kept);
 
         start_measure();
         at::Tensor decoded = im.decode(latents, plan);
+        if (!at::isfinite(decoded).all().item<bool>())
+            throw RunFailure("the VAE decoder gave NaN or infinite pixels, so no image was written: its weights may hold "
+                             "NaN or Inf (a damaged or badly converted checkpoint or VAE)");
         if (plan.sequential) im.release(im.vae);
         end_stage(im.peaks.vae, im.peaks.vae_kept);
         // As txt2img: clamp((x + 1) / 2, 0, 1) * 255, then truncation to uint8.
@@ -352,6 +386,8 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         return out;
     } catch (const Error&) {
         throw;
+    } catch (const RunFailure&) {
+        throw;
     } catch (const c10::Error& e) {
         throw std::runtime_error("model run failed: " + short_message(e));
     } catch (const std::runtime_error& e) {
@@ -359,6 +395,10 @@ BatchOutput Pipeline::generate(const std::vector<std::string>& prompts, const Ge
         // text is the TorchScript traceback.
         throw std::runtime_error("model run failed: " + script_error_line(e.what()));
     }
+}
+
+std::unique_ptr<Pipeline> make_pipeline(const PipelineOptions& options) {
+    return std::make_unique<TorchPipeline>(options);
 }
 
 }  // namespace sd

@@ -15,8 +15,6 @@
 
 namespace sd {
 
-class ClipTokenizer;
-
 struct PipelineOptions {
     std::string model_dir;
     std::string attention = "auto";      // auto | full | per-head | chunked[:N]
@@ -38,6 +36,8 @@ struct StagePeaks {
     long long text = 0, unet = 0, vae = 0;
     // The most freed bytes the allocator kept for reuse during each stage (block_cache.h).
     long long text_kept = 0, unet_kept = 0, vae_kept = 0;
+    // Large blocks the allocator handed out over the run, and how many of them were reused.
+    long long large_blocks = 0, reused_blocks = 0;
 };
 
 // Seconds spent loading each stage over all generate() calls (sequential
@@ -79,39 +79,38 @@ struct BatchOutput {
     std::vector<int64_t> latent_shape;
 };
 
+// Text to image over one exported model. An interface: its implementation is
+// the LibTorch side (pipeline.cpp), which a program reaches through
+// load_pipeline() (engine.h) so that it does not load LibTorch before it needs to.
 class Pipeline {
 public:
-    // Reads model.json and the tokenizer; the TorchScript stages load on first use.
-    explicit Pipeline(const PipelineOptions& options);
-    ~Pipeline();
-    Pipeline(const Pipeline&) = delete;
-    Pipeline& operator=(const Pipeline&) = delete;
+    virtual ~Pipeline() = default;
 
-    const ModelConfig& config() const;
-    const ClipTokenizer& tokenizer() const;
-    const ComputeChoice& compute() const;
+    virtual const ModelConfig& config() const = 0;
+    virtual const ComputeChoice& compute() const = 0;
 
     // Throws sd::Error when the model cannot run these settings (size, steps, sampler).
-    void check(const GenerateSettings& s) const;
+    virtual void check(const GenerateSettings& s) const = 0;
 
     // The memory plan for a batch of `images` images with these settings.
     // Throws sd::Error when nothing fits the budget.
-    MemoryPlan plan(const GenerateSettings& s, int images) const;
+    virtual MemoryPlan plan(const GenerateSettings& s, int images) const = 0;
 
     // Peaks measured during the last generate().
-    const StagePeaks& measured() const;
-    const StageTimes& timings() const;
+    virtual const StagePeaks& measured() const = 0;
+    virtual const StageTimes& timings() const = 0;
 
     // Seeds the run's generator; every batch then draws its start noise from it in turn.
-    void seed(uint64_t seed);
+    virtual void seed(uint64_t seed) = 0;
 
     // One batch: one image per prompt.
-    BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
-                         const ProgressFn& progress = nullptr);
-
-private:
-    struct Impl;
-    std::unique_ptr<Impl> impl_;
+    virtual BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
+                                 const ProgressFn& progress = nullptr) = 0;
 };
+
+// Reads model.json, checks every stage's files from their headers and loads
+// the tokenizer; the TorchScript stages load on first use. Throws sd::Error.
+// Defined on the LibTorch side.
+std::unique_ptr<Pipeline> make_pipeline(const PipelineOptions& options);
 
 }  // namespace sd

@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "fs_util.h"
+#include "value_rules.h"
 
 namespace sd {
 
@@ -19,49 +20,66 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A whole number in [lo, hi], or an error naming the key and what was given.
-int64_t get_int(const nlohmann::json& v, const std::string& key, int64_t lo, int64_t hi, const std::string& where) {
-    if (v.is_number_integer()) {
-        const bool fits = !v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(hi);
-        if (fits && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi) return v.get<int64_t>();
-    }
-    throw Error(where + ": \"" + key + "\" must be a whole number from " + std::to_string(lo) + " to " +
-                std::to_string(hi) + ", got " + v.dump());
+// A JSON whole number within r, or the same error a flag gets, naming the key.
+int64_t get_whole(const nlohmann::json& v, const std::string& what, WholeRange r) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(r.hi)))
+        throw Error(what + " must be a whole number from " + std::to_string(r.lo) + " to " + std::to_string(r.hi) +
+                    ", got " + v.dump());
+    return check_whole(what, v.get<int64_t>(), r);
 }
 
 PromptOverrides parse_overrides(const nlohmann::json& j, const std::string& where) {
     PromptOverrides o;
-    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
     for (const auto& [key, v] : j.items()) {
+        const std::string what = where + ": \"" + key + "\"";
         if (key == "prompt") continue;
         if (key == "negative_prompt") {
-            if (!v.is_string()) throw Error(where + ": \"negative_prompt\" must be a string, got " + v.dump());
-            check_prompt_text(v.get<std::string>(), where + ": \"negative_prompt\"");
+            if (!v.is_string()) throw Error(what + " must be a string, got " + v.dump());
+            check_prompt_text(v.get<std::string>(), what);
             o.negative_prompt = v.get<std::string>();
         } else if (key == "seed") {
-            o.seed = static_cast<uint64_t>(get_int(v, key, 0, std::numeric_limits<int64_t>::max(), where));
+            // The whole unsigned 64-bit range, as --seed.
+            if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+                throw Error(what + " must be a whole number from 0 to 18446744073709551615, got " + v.dump());
+            o.seed = v.get<uint64_t>();
         } else if (key == "steps") {
-            o.steps = static_cast<int>(get_int(v, key, 1, 10000, where));
+            o.steps = static_cast<int>(get_whole(v, what, kStepsRange));
         } else if (key == "scale") {
-            if (!v.is_number() || !std::isfinite(v.get<double>()))
-                throw Error(where + ": \"scale\" must be a number, got " + v.dump());
-            o.scale = v.get<double>();
+            if (!v.is_number()) throw Error(what + " must be a number, got " + v.dump());
+            o.scale = check_scale(what, v.get<double>());
         } else if (key == "H") {
-            o.height = static_cast<int>(get_int(v, key, 1, 65536, where));
+            o.height = static_cast<int>(get_whole(v, what, kSideRange));
         } else if (key == "W") {
-            o.width = static_cast<int>(get_int(v, key, 1, 65536, where));
+            o.width = static_cast<int>(get_whole(v, what, kSideRange));
         } else if (key == "sampler") {
             if (!v.is_string() || v.get<std::string>().empty())
-                throw Error(where + ": \"sampler\" must be a sampler name, got " + v.dump());
+                throw Error(what + " must be a sampler name, got " + v.dump());
             o.sampler = v.get<std::string>();
         } else if (key == "n_iter") {
-            o.n_iter = static_cast<int>(get_int(v, key, 1, kMaxInt, where));
+            o.n_iter = static_cast<int>(get_whole(v, what, kIterRange));
         } else {
             throw Error(where + ": unknown key \"" + key +
                         "\" (known: prompt, negative_prompt, seed, steps, scale, H, W, sampler, n_iter)");
         }
     }
     return o;
+}
+
+// One line of at most kMaxLineBytes into `line` (without its '\n'); false at
+// the end of input. Reads through the stream buffer a character at a time, so
+// a pipe's lines are taken as they arrive and an endless line stops at the limit.
+bool read_line(std::istream& in, std::string& line, const std::string& where) {
+    line.clear();
+    std::streambuf* buf = in.rdbuf();
+    for (;;) {
+        const int c = buf->sbumpc();
+        if (c == std::char_traits<char>::eof()) return !line.empty();
+        if (c == '\n') return true;
+        if (line.size() >= kMaxLineBytes)
+            throw Error(where + ": line longer than " + std::to_string(kMaxLineBytes / 1024) +
+                        " KiB (not a prompt file?)");
+        line.push_back(static_cast<char>(c));
+    }
 }
 
 }  // namespace
@@ -101,27 +119,43 @@ void check_prompt_text(const std::string& text, const std::string& what) {
     if (text.find('\0') != std::string::npos) throw Error(what + " contains a NUL character");
     if (text.size() > kMaxPromptBytes)
         throw Error(what + " is " + std::to_string(text.size()) + " bytes long; the limit is " +
-                    std::to_string(kMaxPromptBytes) + " (the model reads only the first 75 tokens)");
+                    std::to_string(kMaxPromptBytes) + " bytes, far more than any prompt needs");
 }
 
-std::vector<PromptLine> parse_prompts(const std::string& text, const std::string& name, bool jsonl) {
-    std::vector<PromptLine> out;
-    std::istringstream in(text);
+PromptReader::PromptReader(std::istream& in, std::string name, bool jsonl)
+    : in_(&in), name_(std::move(name)), jsonl_(jsonl) {}
+
+PromptReader::PromptReader(const std::string& path) : name_(path == "-" ? "<stdin>" : path), jsonl_(ends_with(path, ".jsonl")) {
+    if (path == "-") {
+        in_ = &std::cin;
+        return;
+    }
+    if (!file_exists(path)) throw Error("prompt file " + path + " does not exist");
+    if (is_directory(path)) throw Error("prompt file " + path + " is a folder");
+    file_ = std::make_unique<std::ifstream>(path, std::ios::binary);
+    if (!*file_) throw Error("cannot read prompt file " + path);
+    in_ = file_.get();
+}
+
+PromptReader::~PromptReader() = default;
+
+std::optional<PromptLine> PromptReader::next() {
     std::string line;
-    int number = 0;
-    while (std::getline(in, line)) {
-        ++number;
-        if (number == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // byte order mark
+    while (read_line(*in_, line, name_ + ":" + std::to_string(number_ + 1))) {
+        ++number_;
+        if (number_ == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // byte order mark
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        const std::string where = name + ":" + std::to_string(number);
+        const std::string where = name_ + ":" + std::to_string(number_);
         if (!is_valid_utf8(line)) throw Error(where + ": not valid UTF-8 text");
         const auto first = line.find_first_not_of(" \t");
         if (first == std::string::npos) continue;
-        if (!jsonl && line[first] == '#') continue;
+        if (!jsonl_ && line[first] == '#') continue;
+        if (++prompts_ > kMaxPrompts)
+            throw Error(name_ + " holds more than " + std::to_string(kMaxPrompts) + " prompts; split it into several files");
         PromptLine p;
-        p.line = number;
-        p.source = name;
-        if (jsonl) {
+        p.line = number_;
+        p.source = name_;
+        if (jsonl_) {
             nlohmann::json j;
             try {
                 j = nlohmann::json::parse(line);
@@ -133,28 +167,36 @@ std::vector<PromptLine> parse_prompts(const std::string& text, const std::string
             if (it == j.end() || !it->is_string()) throw Error(where + ": missing string \"prompt\"");
             p.prompt = it->get<std::string>();
             p.overrides = parse_overrides(j, where);
-            check_prompt_text(p.prompt, where + ": the prompt");
         } else {
             p.prompt = line;
-            check_prompt_text(p.prompt, where + ": the prompt");
         }
-        out.push_back(std::move(p));
+        check_prompt_text(p.prompt, where + ": the prompt");
+        return p;
     }
+    if (in_->bad()) throw Error("cannot read prompt file " + name_);
+    return std::nullopt;
+}
+
+namespace {
+
+std::vector<PromptLine> read_all(PromptReader& reader, const std::string& name) {
+    std::vector<PromptLine> out;
+    while (auto p = reader.next()) out.push_back(std::move(*p));
     if (out.empty()) throw Error("prompt file " + name + " holds no prompts");
     return out;
 }
 
+}  // namespace
+
+std::vector<PromptLine> parse_prompts(const std::string& text, const std::string& name, bool jsonl) {
+    std::istringstream in(text);
+    PromptReader reader(in, name, jsonl);
+    return read_all(reader, name);
+}
+
 std::vector<PromptLine> read_prompt_file(const std::string& path) {
-    std::stringstream ss;
-    if (path == "-") {
-        ss << std::cin.rdbuf();
-    } else {
-        std::ifstream in(path, std::ios::binary);
-        if (!in || is_directory(path)) throw Error("cannot read prompt file " + path);
-        ss << in.rdbuf();
-        if (in.bad()) throw Error("cannot read prompt file " + path);
-    }
-    return parse_prompts(ss.str(), path == "-" ? "<stdin>" : path, ends_with(path, ".jsonl"));
+    PromptReader reader(path);
+    return read_all(reader, path == "-" ? "<stdin>" : path);
 }
 
 }  // namespace sd

@@ -2,15 +2,27 @@
 // lines with per-line settings.
 #pragma once
 #include <cstdint>
+#include <fstream>
+#include <istream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace sd {
 
-// A prompt longer than this is refused: the model reads only its first 75
-// tokens, so a longer one is almost certainly a wrong file or a paste mistake.
+// A prompt longer than this is refused: 16 KiB is thousands of tokens, dozens
+// of 75-token chunks, so a longer one is almost certainly a wrong file or a
+// paste mistake.
 constexpr size_t kMaxPromptBytes = 16 * 1024;
+
+// Prompt files are read a line at a time and no line may be longer than this
+// (a JSONL line holds a prompt and a negative prompt, escaped), so that reading
+// /dev/zero or a binary file stops at once instead of filling memory.
+constexpr size_t kMaxLineBytes = 256 * 1024;
+
+// At most this many prompts in one file.
+constexpr size_t kMaxPrompts = 1000000;
 
 // Settings a JSONL line may give for itself; unset ones come from the flags.
 struct PromptOverrides {
@@ -40,6 +52,26 @@ struct PromptLine {
 // Throws sd::Error naming the file (and line) when it is unreadable, malformed,
 // not UTF-8, has an unknown key or bad value, or holds no prompt.
 std::vector<PromptLine> read_prompt_file(const std::string& path);
+
+// A prompt source read one line at a time: a file, standard input ("-"), or
+// any stream. next() returns the next prompt as soon as its line has arrived,
+// and nothing at the end. Throws sd::Error naming the file and line (the same
+// errors as read_prompt_file, except that an empty source is not one).
+class PromptReader {
+public:
+    explicit PromptReader(const std::string& path);
+    PromptReader(std::istream& in, std::string name, bool jsonl);
+    ~PromptReader();
+    std::optional<PromptLine> next();
+
+private:
+    std::unique_ptr<std::ifstream> file_;
+    std::istream* in_ = nullptr;
+    std::string name_;
+    bool jsonl_ = false;
+    int number_ = 0;       // lines read
+    size_t prompts_ = 0;   // prompts returned
+};
 
 // Same parsing from text already read; `name` is used in error messages.
 std::vector<PromptLine> parse_prompts(const std::string& text, const std::string& name, bool jsonl);

@@ -19,12 +19,6 @@
 
 namespace sd {
 
-void use_passive_openmp(char** argv) {
-    if (std::getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);  // returns only if it failed: run on as we are
-}
-
 void configure_runtime(int threads) {
     if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(threads);

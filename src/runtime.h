@@ -1,14 +1,8 @@
-// Process-wide settings for LibTorch on this machine: threads, OpenMP's wait policy and denormals.
+// Process-wide settings for LibTorch on this machine: threads, denormals, memory
+// measurements (OpenMP's wait policy is set before LibTorch loads: engine.h).
 #pragma once
 
 namespace sd {
-
-// OpenMP threads that wait for work spin by default; a spinning thread takes
-// the core the working one needs, even on a quiet 2-core machine (measured: a
-// 256x256 step 3.4 s passive against 6.6-6.9 s active). libgomp reads
-// OMP_WAIT_POLICY once, before main(), so when the user has not set it this
-// sets it to passive and runs the program again (execv of /proc/self/exe).
-void use_passive_openmp(char** argv);
 
 // Sets LibTorch's intra-op threads and OpenBLAS's threads (LibTorch does not
 // forward its setting to OpenBLAS) and flushes denormals (random-weight and

@@ -64,6 +64,7 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
         }
     }
     ensure_writable_dir(job.outdir);
+    if (!job.save_latents.empty()) check_new_file_path(job.save_latents, "--save-latents");
     auto stop = [&] { return events.stop_requested && events.stop_requested(); };
     auto note = [&](const std::string& s) {
         if (events.note) events.note(s);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "batch_plan.h"
+#include "error.h"
 #include "pipeline.h"
 #include "progress.h"
 
@@ -41,12 +42,6 @@ struct Txt2ImgResult {
     int planned = 0;  // images this process was to generate (its shard, existing ones skipped)
     int skipped = 0;  // existing images left alone (--skip-existing)
     bool interrupted = false;
-};
-
-// A failure while running, after the input was accepted (e.g. the disk filled
-// up): the CLI exits 2 for it, not 1.
-struct RunFailure : std::runtime_error {
-    using std::runtime_error::runtime_error;
 };
 
 // Runs the job. Throws sd::Error for input problems (checked before any work

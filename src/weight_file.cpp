@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error.h"
+#include "fs_util.h"
 
 namespace sd {
 
@@ -30,6 +31,7 @@ std::string weight_file_for(const std::string& stage_path) {
 
 std::vector<WeightEntry> read_weight_index(const std::string& path) {
     auto corrupt = [&](const std::string& why) { return Error("weights file " + path + " is corrupt: " + why); };
+    if (is_directory(path)) throw Error("weights file " + path + " is a folder, not a file");
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     if (!f) throw Error("cannot read weights file " + path);
     const auto size = static_cast<uint64_t>(f.tellg());

@@ -591,7 +591,7 @@ TEST(ExitCodes, WriteFailureMidwayIsRuntimeErrorAndEarlierImagesStay) {
     const int code = finish(c);
     EXPECT_EQ(code, 2) << c.err;
     EXPECT_NE(c.err.find("sd-txt2img: error: cannot write " + dir + "/out/00001.png"), std::string::npos) << c.err;
-    EXPECT_NE(c.err.find("1 images were written before the failure"), std::string::npos) << c.err;
+    EXPECT_NE(c.err.find("1 image was written before the failure and is whole"), std::string::npos) << c.err;
     EXPECT_EQ(sdtest::read_text(dir + "/stdout"), dir + "/out/00000.png\n");
     expect_only_whole_pngs(dir + "/out", 0);
     EXPECT_EQ(files_of(dir + "/out").size(), 1u);

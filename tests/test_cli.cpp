@@ -478,6 +478,7 @@ TEST(Output, SizeDefaultsToTheSizeTheModelWasTrainedAt) {
                                       "--threads", "1", "--steps", "2", "--prompt", "a cat",
                                       "--save-latents", dir + "/l.npy"};
         args.insert(args.end(), extra.begin(), extra.end());
+        std::filesystem::remove(dir + "/l.npy");  // --save-latents never replaces a file
         auto r = run(args);
         EXPECT_EQ(r.exit_code, 0) << r.err;
         return sd::read_npy(dir + "/l.npy").shape;
@@ -515,4 +516,213 @@ TEST(Output, ScaleDefaultsToTheOneTheModelRecords) {
     info["guidance_scale"] = -1;
     sdtest::write_text(m + "/model.json", info.dump());
     expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "guidance_scale");
+}
+
+// ---- trust (issue 16): nothing replaced, nothing lost, no silent wrong result, bounded resources ----
+
+namespace {
+
+nlohmann::json read_model_json(const std::string& model) {
+    std::ifstream in(model + "/model.json");
+    return nlohmann::json::parse(in);
+}
+
+int png_count(const std::string& dir) {
+    int n = 0;
+    if (!std::filesystem::exists(dir)) return 0;
+    for (auto& e : std::filesystem::directory_iterator(dir)) n += e.path().extension() == ".png";
+    return n;
+}
+
+// A failure that left no image behind; `args` writes into `outdir`.
+void expect_no_image(const sdtest::CmdResult& r, const std::string& outdir, const std::string& must_mention) {
+    expect_clean_failure(r, must_mention);
+    EXPECT_EQ(png_count(outdir), 0) << "a PNG was written for a failed run";
+}
+
+}  // namespace
+
+// --save-latents is checked before the first step (stderr shows no progress
+// line) and replaces nothing: a file, a symlink (its target stays as it was) or
+// a FIFO standing in for a device node.
+TEST(Trust, SaveLatentsNeverReplacesAnything) {
+    const std::string dir = sdtest::temp_dir();
+    sdtest::write_text(dir + "/file.npy", "keep me");
+    sdtest::write_text(dir + "/target", "the link's target");
+    std::filesystem::create_symlink(dir + "/target", dir + "/link.npy");
+    std::filesystem::create_symlink(dir + "/nowhere", dir + "/dangling.npy");
+    ASSERT_EQ(mkfifo((dir + "/fifo.npy").c_str(), 0644), 0);
+    for (const char* name : {"file.npy", "link.npy", "dangling.npy", "fifo.npy"}) {
+        const std::string out = dir + "/out-" + name;
+        auto args = base_args(good_model(), out);
+        args.erase(std::find(args.begin(), args.end(), "--quiet"));
+        args.insert(args.end(), {"--save-latents", dir + "/" + name});
+        expect_no_image(run(args), out, std::string("--save-latents ") + dir + "/" + name);
+    }
+    EXPECT_EQ(sdtest::read_text(dir + "/file.npy"), "keep me");
+    EXPECT_EQ(sdtest::read_text(dir + "/target"), "the link's target");
+    EXPECT_TRUE(std::filesystem::is_symlink(dir + "/link.npy"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/nowhere"));
+    EXPECT_TRUE(std::filesystem::is_fifo(dir + "/fifo.npy"));
+    // A folder that does not exist is refused before any work too.
+    expect_no_image(run([&] {
+                        auto a = base_args(good_model(), dir + "/out-missing");
+                        a.insert(a.end(), {"--save-latents", dir + "/no/such/l.npy"});
+                        return a;
+                    }()),
+                    dir + "/out-missing", "does not exist");
+}
+
+// Records sent to a full disk are a failure (exit 2), not a success with the records gone.
+TEST(Trust, StdoutWriteFailureExitsTwo) {
+    const std::string out = sdtest::temp_dir();
+    auto args = base_args(good_model(), out);
+    args.push_back("--json");
+    std::vector<std::string> sh = {"/bin/sh", "-c", "exec \"$0\" \"$@\" > /dev/full"};
+    sh.insert(sh.end(), args.begin(), args.end());
+    auto r = run(sh);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("cannot write to standard output"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("1 image was written before the failure and is whole"), std::string::npos) << r.err;
+    EXPECT_EQ(png_count(out), 1);  // the image itself stays
+    // --tokenize's data goes the same way.
+    auto t = run({"/bin/sh", "-c", "exec \"$0\" \"$@\" > /dev/full", sdtest::cli(), "--tokenize", "--prompt", "a cat"});
+    EXPECT_EQ(t.exit_code, 2) << t.err;
+}
+
+TEST(Trust, NonFiniteOrOutOfRangeNumbersAreRefused) {
+    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+             {"--scale", "nan"}, {"--scale", "inf"}, {"--scale", "-inf"}, {"--scale", "1e300"}, {"--steps", "0"},
+             {"--n_samples", "0"}, {"--n_iter", "0"}, {"--batch-size", "0"}, {"--H", "-64"}, {"--seed", "-5"},
+             {"--seed", "18446744073709551616"}, {"--seed", "12abc"}}) {
+        const std::string out = sdtest::temp_dir();
+        auto args = base_args(good_model(), out);
+        args.insert(args.end(), {flag, value});
+        SCOPED_TRACE(flag + " " + value);
+        expect_no_image(run(args), out, flag);
+    }
+    // The same rules for a JSONL line.
+    const std::string dir = sdtest::temp_dir();
+    sdtest::write_text(dir + "/p.jsonl", "{\"prompt\": \"a\", \"scale\": 1e300}\n");
+    auto args = base_args(good_model(), dir + "/out");
+    args.insert(args.end(), {"--from-file", dir + "/p.jsonl"});
+    args.erase(std::find(args.begin(), args.end(), "--prompt"), std::find(args.begin(), args.end(), "--prompt") + 2);
+    expect_no_image(run(args), dir + "/out", "p.jsonl:1: \"scale\" must be a number from 0 to 100");
+}
+
+// NaN weights would decode to a black picture; the run stops instead (exit 2) and writes none.
+TEST(Trust, NanWeightsStopTheRunWithoutAnImage) {
+    auto m = model_copy();
+    const std::string weights = m + "/unet.weights";
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = std::nanf("");
+    for (const auto& w : sd::read_weight_index(weights)) {
+        if (w.dtype != "F32") continue;
+        f.seekp(static_cast<std::streamoff>(w.begin));
+        for (uint64_t at = w.begin; at < w.end; at += 4) f.write(reinterpret_cast<const char*>(&nan), 4);
+    }
+    f.close();
+    const std::string out = sdtest::temp_dir();
+    auto r = run(base_args(m, out));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    expect_no_image(r, out, "NaN or infinite latents");
+}
+
+TEST(Trust, UnknownModelFamilyIsRefused) {
+    auto m = model_copy();
+    auto info = read_model_json(m);
+    info["family"] = "sdxl";
+    sdtest::write_text(m + "/model.json", info.dump());
+    const std::string out = sdtest::temp_dir();
+    expect_no_image(run(base_args(m, out)), out, "unknown model family \"sdxl\"");
+}
+
+// The whole unsigned 64-bit range: recorded as given, and the recorded seed remakes the same bytes.
+TEST(Trust, LargestSeedIsRecordedExactlyAndRemakesTheImage) {
+    const std::string seed = "18446744073709551615";
+    auto make = [&](const std::string& s) {
+        const std::string out = sdtest::temp_dir();
+        auto args = base_args(good_model(), out);
+        args.insert(args.end(), {"--seed-mode", "per-image", "--seed", s, "--json"});
+        auto r = run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return nlohmann::json::parse(sdtest::lines(r.out).at(0));
+    };
+    const auto first = make(seed);
+    EXPECT_EQ(first.at("seed").get<uint64_t>(), 18446744073709551615ull);
+    const std::string params = first.at("parameters").get<std::string>();
+    const auto at = params.find("Seed: ");
+    ASSERT_NE(at, std::string::npos) << params;
+    const std::string recorded = params.substr(at + 6, params.find(',', at) - at - 6);
+    EXPECT_EQ(recorded, seed);
+    const auto again = make(recorded);
+    EXPECT_EQ(sdtest::read_text(first.at("path").get<std::string>()), sdtest::read_text(again.at("path").get<std::string>()));
+    // A seed 2^63 away gives another image: nothing is clamped to 2^63 - 1.
+    const auto other = make("9223372036854775807");
+    EXPECT_NE(sdtest::read_text(first.at("path").get<std::string>()), sdtest::read_text(other.at("path").get<std::string>()));
+}
+
+TEST(Trust, ThreadCountIsCapped) {
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.insert(args.end(), {"--threads", "100000"});
+    expect_clean_failure(run(args), "--threads must be from 0 (one per core) to ");
+}
+
+// A prompt "file" without line ends (/dev/zero) stops at the line limit: its
+// memory does not grow with what it reads.
+TEST(Trust, EndlessPromptLineStopsAtTheLimit) {
+    const std::string dir = sdtest::temp_dir();
+    sdtest::write_text(dir + "/p.txt", "a cat\n");
+    auto small = run({sdtest::cli(), "--model", good_model(), "--tokenize", "--from-file", dir + "/p.txt"});
+    ASSERT_EQ(small.exit_code, 0) << small.err;
+    auto r = run({sdtest::cli(), "--model", good_model(), "--outdir", dir + "/out", "--from-file", "/dev/zero"});
+    expect_no_image(r, dir + "/out", "/dev/zero:1: line longer than 256 KiB");
+    EXPECT_LT(r.max_rss_kib - small.max_rss_kib, 16 * 1024) << "peak RSS " << r.max_rss_kib << " KiB against "
+                                                            << small.max_rss_kib << " KiB for a one-line file";
+}
+
+TEST(Trust, ModelJsonNumbersAreRangeChecked) {
+    const auto good = read_model_json(good_model());
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"context_length", 1000000000}, {"context_length", -5}, {"latent_channels", 100000},
+             {"downsample_factor", 0}, {"scale_factor", "x"}, {"bos_id", 99999999}, {"eos_id", 49408},
+             {"alphas_cumprod", nlohmann::json::array({0.5})}, {"alphas_cumprod", nlohmann::json::array({0.5, 2.0})}}) {
+        auto m = model_copy();
+        auto info = good;
+        info[key] = value;
+        sdtest::write_text(m + "/model.json", info.dump());
+        const std::string out = sdtest::temp_dir();
+        SCOPED_TRACE(key + " = " + value.dump());
+        expect_no_image(run(base_args(m, out)), out, key);
+    }
+    auto m = model_copy();
+    auto info = good;
+    info["architecture"]["unet"]["model_channels"] = 1e12;
+    sdtest::write_text(m + "/model.json", info.dump());
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "architecture.unet.model_channels");
+}
+
+// Messages that used to say something else than the problem.
+TEST(Trust, MessagesNameTheProblem) {
+    const std::string dir = sdtest::temp_dir();
+    sdtest::write_text(dir + "/model-file", "x");
+    expect_clean_failure(run(base_args(dir + "/model-file", dir)), "is a file, not a folder");
+
+    auto m = model_copy();
+    std::filesystem::remove(m + "/vae_decoder.weights");
+    std::filesystem::create_directory(m + "/vae_decoder.weights");
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "vae_decoder.weights is a folder, not a file");
+
+    // A model whose schedule is shorter than --steps says so, not just that --steps is wrong.
+    auto m2 = model_copy();
+    auto info = read_model_json(m2);
+    info["alphas_cumprod"] = nlohmann::json::array({0.9, 0.5});
+    sdtest::write_text(m2 + "/model.json", info.dump());
+    auto steps50 = base_args(m2, sdtest::temp_dir());
+    steps50.insert(steps50.end(), {"--steps", "50"});
+    expect_clean_failure(run(steps50), "timesteps in this model's noise schedule");
+
+    auto args = base_args(good_model(), sdtest::temp_dir());
+    args.back() = std::string(17000, 'a');
+    expect_clean_failure(run(args), "far more than any prompt needs");
 }

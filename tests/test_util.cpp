@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,8 +95,10 @@ CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_tex
         _exit(127);
     }
     int status = 0;
-    waitpid(pid, &status, 0);
+    struct rusage usage {};
+    wait4(pid, &status, 0, &usage);
     CmdResult r;
+    r.max_rss_kib = usage.ru_maxrss;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = read_text(out_path);
     r.err = read_text(err_path);

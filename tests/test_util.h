@@ -14,6 +14,7 @@ std::string cli();                  // path of the sd-txt2img binary
 struct CmdResult {
     int exit_code = -1;
     std::string out, err;
+    long max_rss_kib = 0;  // the process's peak resident memory (getrusage's ru_maxrss)
 };
 
 // Runs argv (no shell) with stdout/stderr captured; optional stdin text.
