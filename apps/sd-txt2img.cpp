@@ -16,14 +16,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine.h"
-#include "error.h"
-#include "fs_util.h"
-#include "progress.h"
-#include "prompts.h"
-#include "tokenizer.h"
-#include "txt2img.h"
-#include "value_rules.h"
+#include "sd/engine.h"
+#include "sd/error.h"
+#include "sd/progress.h"
+#include "sd/prompts.h"
+#include "sd/tokenizer.h"
+#include "sd/txt2img.h"
+#include "sd/value_rules.h"
 
 #ifndef SD_DEFAULT_MODEL_DIR
 #define SD_DEFAULT_MODEL_DIR "models/demo"
@@ -52,8 +51,9 @@ void print_data_line(const std::string& line) {
     }
 }
 
-void print_tokens(const sd::ClipTokenizer& tok, const std::vector<std::string>& prompts, int ctx, int bos, int eos, int pad) {
-    for (const auto& p : prompts) print_data_line(nlohmann::json(tok.encode_padded(p, ctx, bos, eos, pad)).dump());
+void print_tokens(const sd::ClipTokenizer& tok, const std::vector<std::string>& prompts, const sd::ModelConfig& c) {
+    for (const auto& p : prompts)
+        print_data_line(nlohmann::json(tok.encode_padded(p, c.context_length, c.bos_id, c.eos_id, c.pad_id)).dump());
 }
 
 // SIGINT/SIGTERM only set this flag; the run checks it between sampler steps
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     std::string model_dir = SD_DEFAULT_MODEL_DIR;
     std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, attention = "auto";
-    std::string sampler = "plms", seed_mode = "compvis", shard;
+    std::string sampler = sd::default_sampler(), seed_mode = "compvis", shard;
     sd::Txt2ImgJob job;
     bool plms = false, tokenize = false, quiet = false, json = false;
     int threads = 0;
@@ -219,9 +219,9 @@ int main(int argc, char** argv) {
     app.add_option("--scale", job.settings.scale, "classifier-free guidance scale (default: the model's, else 7.5)");
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
-    app.add_option("--sampler", sampler, "plms, ddim, euler, euler_a or dpmpp_2m")->capture_default_str();
-    app.add_option("--schedule", job.settings.schedule, "sigmas of euler/euler_a/dpmpp_2m: default or karras")->capture_default_str();
-    app.add_flag("--plms", plms, "same as --sampler plms (CompVis name)");
+    app.add_option("--sampler", sampler, sd::sampler_choices())->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule, "sigmas of the k-diffusion samplers: default or karras")->capture_default_str();
+    app.add_flag("--plms", plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
     app.add_option("--outdir", outdir, "output folder")->capture_default_str();
     app.add_option("--name", job.name_pattern,
                    "file name pattern with {index} {seed} {prompt} (default: 00000.png, ... after existing files)");
@@ -281,20 +281,19 @@ int main(int argc, char** argv) {
         if (tokenize) {
             std::vector<std::string> texts;
             for (const auto& p : job.prompts) texts.push_back(p.prompt);
-            const bool own_model = app.count("--model") > 0;
-            if (own_model) {
-                auto cfg = sd::load_model_config(model_dir);
-                auto tok = sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path);
-                print_tokens(tok, texts, cfg.context_length, cfg.bos_id, cfg.eos_id, cfg.pad_id);
+            // Without --model: CLIP's own files, with SD 1.x's window (ModelConfig's defaults).
+            sd::ModelConfig cfg;
+            if (app.count("--model")) {
+                cfg = sd::load_model_config(model_dir);
             } else {
-                const std::string dir = SD_DEFAULT_CLIP_DIR;
-                auto tok = sd::ClipTokenizer::load(sd::join_path(dir, "vocab.json"), sd::join_path(dir, "merges.txt"));
-                print_tokens(tok, texts, 77, 49406, 49407, 49407);
+                cfg.vocab_path = std::string(SD_DEFAULT_CLIP_DIR) + "/vocab.json";
+                cfg.merges_path = std::string(SD_DEFAULT_CLIP_DIR) + "/merges.txt";
             }
+            print_tokens(sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path), texts, cfg);
             return 0;
         }
 
-        if (plms) sampler = "plms";
+        if (plms) sampler = sd::default_sampler();
         job.settings.sampler = sampler;
         job.seed = sd::parse_seed("--seed", seed);
         check_numeric_flags(app, job, batch_size, threads);
@@ -304,7 +303,7 @@ int main(int argc, char** argv) {
         if (!shard.empty()) job.shard = parse_shard(shard);
         job.outdir = outdir;
         job.save_latents = save_latents;
-        sd::plan_run(job);  // option conflicts are reported before the model loads
+        sd::check_job(job);  // option conflicts are reported before the model loads
 
         sd::PipelineOptions options;
         options.model_dir = model_dir;

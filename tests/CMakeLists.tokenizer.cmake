@@ -3,7 +3,7 @@ find_package(GTest REQUIRED)
 include(GoogleTest)
 
 add_executable(test_tokenizer ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.cpp)
-target_link_libraries(test_tokenizer PRIVATE sd_text GTest::gtest_main)
+target_link_libraries(test_tokenizer PRIVATE sd_base GTest::gtest_main)
 target_compile_definitions(test_tokenizer PRIVATE
   SD_TOKENIZER_FIXTURE_DIR="${CMAKE_SOURCE_DIR}/tests/fixtures/tokenizer"
   SD_CLIP_MODEL_DIR="${CMAKE_SOURCE_DIR}/models/clip"

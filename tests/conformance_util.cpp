@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "image_io.h"
-#include "npy.h"
+#include "io/image_io.h"
+#include "io/npy.h"
 #include "test_util.h"
 
 namespace sdtest {

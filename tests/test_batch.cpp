@@ -18,14 +18,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "error.h"
-#include "image_io.h"
-#include "npy.h"
-#include "png_text.h"
-#include "progress.h"
-#include "prompts.h"
+#include "sd/error.h"
+#include "io/image_io.h"
+#include "io/npy.h"
+#include "io/png_text.h"
+#include "sd/progress.h"
+#include "sd/prompts.h"
 #include "test_util.h"
-#include "batch_plan.h"
+#include "run/batch_plan.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;

@@ -12,11 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "error.h"
-#include "image_io.h"
-#include "npy.h"
+#include "sd/error.h"
+#include "io/image_io.h"
+#include "io/npy.h"
 #include "test_util.h"
-#include "weight_file.h"
+#include "io/weight_file.h"
 
 using nlohmann::json;
 using sdtest::run;

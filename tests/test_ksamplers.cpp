@@ -6,8 +6,8 @@
 #include <torch/script.h>
 
 #include "conformance_util.h"
-#include "model.h"
-#include "samplers.h"
+#include "engine/stage_loader.h"
+#include "engine/samplers.h"
 #include "test_util.h"
 
 namespace {

@@ -8,11 +8,11 @@
 
 #include <torch/cuda.h>
 
-#include "block_cache.h"
+#include "engine/block_cache.h"
 #include "conformance_util.h"
-#include "error.h"
-#include "image_io.h"
-#include "memory_plan.h"
+#include "sd/error.h"
+#include "io/image_io.h"
+#include "memory/planner.h"
 #include "test_util.h"
 
 using sdtest::run;
@@ -180,7 +180,7 @@ TEST(Planner, BlockCacheTakesTheHeadroomOnly) {
 TEST(Planner, KeptScoreBlocksLeaveLessRoomForTheRest) {
     const auto m = sd15();
     auto r = request(768, 4, 16 * GiB);
-    r.attention_mode = 1;
+    r.attention = sd::AttentionSetting{sd::AttentionMode::PerHead};
     const auto big = sd::plan_memory(m, r, 170 * MiB);
     const double block = big.unet.scores / 2;
     ASSERT_GT(block, 2 * GiB) << "8 rows x 9216^2 floats";
@@ -188,7 +188,7 @@ TEST(Planner, KeptScoreBlocksLeaveLessRoomForTheRest) {
     EXPECT_NEAR(big.unet.kept, big.block_cache - block, 1.0);
     EXPECT_LT(big.unet.kept, big.unet.share_at_peak);
     // Small blocks (chunked) leave the share as it was.
-    r.attention_mode = 2;
+    r.attention = sd::AttentionSetting{sd::AttentionMode::Chunked};
     const auto small = sd::plan_memory(m, r, 170 * MiB);
     EXPECT_NEAR(small.unet.kept, small.unet.share_at_peak, 1.0);
 }
@@ -197,7 +197,7 @@ TEST(Planner, KeptScoreBlocksLeaveLessRoomForTheRest) {
 // (docs/benchmarks.md, "Per strategy": 16G budget, DDIM 1 step): each within
 // the 15%. A change of the model that loses the fit fails here.
 TEST(Planner, PredictsTheMeasuredBenchmarkRows) {
-    struct Row { int size, images, mode; double measured_gib; };
+    struct Row { int size, images, mode; double measured_gib; };  // mode: 0 full, 1 per-head, 2 chunked
     const Row rows[] = {{256, 1, 0, 4.55}, {256, 1, 1, 4.56}, {256, 1, 2, 4.55}, {256, 4, 0, 5.33}, {256, 4, 1, 4.79}, {256, 4, 2, 4.74},
                         {512, 1, 0, 6.81}, {512, 1, 1, 6.00}, {512, 1, 2, 6.01}, {512, 4, 0, 13.87}, {512, 4, 1, 7.08},
                         {512, 4, 2, 6.07}, {768, 1, 1, 9.04}, {768, 1, 2, 8.43}, {768, 4, 1, 11.21},
@@ -205,7 +205,7 @@ TEST(Planner, PredictsTheMeasuredBenchmarkRows) {
                         {1024, 4, 2, 11.94}};
     for (const Row& row : rows) {
         auto r = request(row.size, row.images, 16 * GiB);
-        r.attention_mode = row.mode;
+        r.attention = sd::AttentionSetting{static_cast<sd::AttentionMode>(row.mode)};
         r.sequential = false;
         const auto p = sd::plan_memory(sd15(), r, 162 * MiB);
         EXPECT_NEAR(p.peak() / (row.measured_gib * GiB), 1.0, 0.15)
@@ -231,8 +231,8 @@ TEST(Planner, RefusalNamesABudgetThatWorks) {
 TEST(Planner, AllHeadsAtOnceCostsHeadsTimesPerHead) {
     const auto m = sd15();
     sd::MemoryPlan full, per_head;
-    full.attention_mode = 0;
-    per_head.attention_mode = 1;
+    full.attention_mode = sd::AttentionMode::Full;
+    per_head.attention_mode = sd::AttentionMode::PerHead;
     auto r = request(512, 1, 64 * GiB);
     EXPECT_NEAR(sd::predict(m, r, 0, full).unet.scores / sd::predict(m, r, 0, per_head).unet.scores, 8.0, 1e-9);
 }
@@ -242,7 +242,7 @@ TEST(Planner, AllHeadsAtOnceCostsHeadsTimesPerHead) {
 TEST(Planner, VaeScoresDoNotStackOnItsFinestActivations) {
     const auto m = sd15();
     sd::MemoryPlan per_head;
-    per_head.attention_mode = 1;
+    per_head.attention_mode = sd::AttentionMode::PerHead;
     const auto p = sd::predict(m, request(1024, 1, 64 * GiB), 0, per_head);
     EXPECT_GT(p.vae.scores, 1.9 * GiB) << "one 16384 x 16384 score matrix and its softmax";
     EXPECT_NEAR(p.vae.transient(), std::max(p.vae.activations, p.vae.scores + p.vae.beside_scores), 1.0);

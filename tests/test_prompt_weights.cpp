@@ -2,12 +2,12 @@
 // conditioning built from them, and their effect on images through the CLI.
 #include <gtest/gtest.h>
 
-#include "conditioning.h"
+#include "engine/conditioning.h"
 #include "conformance_util.h"
-#include "model_config.h"
-#include "prompt_weights.h"
+#include "sd/model_config.h"
+#include "text/prompt_weights.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "sd/tokenizer.h"
 
 using sd::WeightedText;
 

@@ -8,10 +8,10 @@
 #include <torch/script.h>
 
 #include "conformance_util.h"
-#include "model.h"
-#include "samplers.h"
+#include "engine/stage_loader.h"
+#include "engine/samplers.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "sd/tokenizer.h"
 
 namespace {
 

@@ -5,10 +5,10 @@
 #include <torch/script.h>
 
 #include "conformance_util.h"
-#include "model.h"
-#include "npy.h"
-#include "samplers.h"
-#include "schedule.h"
+#include "engine/stage_loader.h"
+#include "io/npy.h"
+#include "engine/samplers.h"
+#include "sampling/schedule.h"
 #include "test_util.h"
 
 namespace {

@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "error.h"
-#include "text_clean.h"
-#include "tokenizer.h"
+#include "sd/error.h"
+#include "text/text_clean.h"
+#include "sd/tokenizer.h"
 
 #ifndef SD_TOKENIZER_FIXTURE_DIR
 #error "SD_TOKENIZER_FIXTURE_DIR must name tests/fixtures/tokenizer"

@@ -1,0 +1,31 @@
+// The tensor side of the tool (LibTorch and the TorchScript stages) is a
+// shared module, libsd_engine.so beside the executable, loaded only when a
+// model is about to run. Until then the process is small and quick: flags,
+// prompt files, model.json and every other input are checked in a few
+// milliseconds and megabytes, where linking LibTorch costs about a second and
+// 160 MB before main() (measured, docs/benchmarks.md).
+#pragma once
+#include <memory>
+
+#include "sd/pipeline.h"
+
+namespace sd {
+
+// Bumped whenever Pipeline, PipelineOptions or what they carry change shape,
+// so that an engine module from another build is refused, not misread.
+constexpr int kEngineInterfaceVersion = 1;
+
+// OpenMP threads that wait for work spin by default; a spinning thread takes
+// the core the working one needs, even on a quiet 2-core machine (measured: a
+// 256x256 step 3.4 s passive against 6.6-6.9 s active). When the user has not
+// set OMP_WAIT_POLICY, this sets it to passive and runs the program again
+// (the executable's own path, so ps and pgrep see its name); the program does
+// not link LibTorch, so that costs milliseconds.
+void use_passive_openmp(char** argv);
+
+// Loads the engine module (once) and makes a pipeline with it. Throws
+// sd::Error when the module is missing or from another build, and whatever
+// make_pipeline throws.
+std::unique_ptr<Pipeline> load_pipeline(const PipelineOptions& options);
+
+}  // namespace sd

@@ -1,0 +1,13 @@
+// An 8-bit RGB picture, as the pipeline returns it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace sd {
+
+struct Image {
+    int width = 0, height = 0;
+    std::vector<uint8_t> rgb;  // height * width * 3, row-major
+};
+
+}  // namespace sd

@@ -1,0 +1,38 @@
+// The UNet's text conditioning for a batch: prompts (and negative prompts)
+// tokenized into 77-token chunks (prompt_weights.h), encoded chunk by chunk,
+// weighted, and concatenated along the sequence.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "text/prompt_weights.h"
+
+namespace sd {
+
+class ClipTokenizer;
+struct ModelConfig;
+
+// The text encoder: ids [m, L] (int64) -> hidden states [m, L, D].
+using TextEncodeFn = std::function<at::Tensor(const at::Tensor& ids)>;
+
+struct Conditioning {
+    at::Tensor cond, uncond;  // [n, k * L, D], the same k for both
+};
+
+// Scales each token's embedding by its weight, then rescales the chunk so that
+// its mean is what it was (AUTOMATIC1111's emphasis). z [L, D], weights [L].
+at::Tensor apply_weights(const at::Tensor& z, const std::vector<float>& weights);
+
+// Encodes prompts and negatives (one each per image). Every context gets the
+// largest chunk count k of the batch: shorter ones are padded with the
+// encoding of the empty prompt, chunk by chunk (as AUTOMATIC1111 pads the
+// shorter of prompt and negative prompt). For prompts of at most 75 tokens
+// without weighting syntax this is exactly the single-window reference.
+Conditioning encode_conditioning(const TextEncodeFn& encode, const ClipTokenizer& tok, const ModelConfig& config,
+                                 const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+                                 const PromptSyntax& syntax);
+
+}  // namespace sd

@@ -1,0 +1,401 @@
+#include "sd/pipeline.h"
+
+#include <functional>
+#include <optional>
+
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include "engine/block_cache.h"
+#include "engine/conditioning.h"
+#include "sd/error.h"
+#include "engine/stage_loader.h"
+#include "engine/runtime.h"
+#include "engine/samplers.h"
+#include "memory/planner.h"
+#include "sampling/schedule.h"
+#include "sd/tokenizer.h"
+
+namespace sd {
+
+namespace {
+
+// The GPU budget when --max-memory is not given: this LibTorch has no CUDA
+// headers to ask the driver, and 4 GiB is the smallest GPU SD users run on.
+constexpr double kDefaultGpuBudget = 4.0 * (1 << 30);
+
+at::ScalarType dtype_named(const std::string& name) {
+    if (name == "fp16") return at::kHalf;
+    if (name == "bf16") return at::kBFloat16;
+    return at::kFloat;
+}
+
+// Resolves --device, --precision and --weights, or throws sd::Error naming
+// what cannot run here.
+ComputeChoice resolve_compute(const PipelineOptions& o) {
+    ComputeChoice c;
+    const bool have_cuda = torch::cuda::is_available();
+    const std::string dev = o.device == "auto" ? (have_cuda ? "cuda" : "cpu") : o.device;
+    if (dev == "cuda" || dev.rfind("cuda:", 0) == 0) {
+        const std::string index = dev.size() > 5 ? dev.substr(5) : "0";
+        if (index.empty() || index.size() > 3 || index.find_first_not_of("0123456789") != std::string::npos)
+            throw Error("unknown --device '" + o.device + "' (auto, cpu, cuda or cuda:N)");
+        if (!have_cuda)
+            throw Error("--device " + o.device + ": no CUDA GPU is available (this LibTorch is built for CPU only, "
+                        "or no GPU is visible); use --device cpu");
+        if (std::stoi(index) >= static_cast<int>(torch::cuda::device_count()))
+            throw Error("--device " + o.device + ": there are only " + std::to_string(torch::cuda::device_count()) +
+                        " CUDA devices");
+        c.device = "cuda:" + std::to_string(std::stoi(index));
+    } else if (dev != "cpu") {
+        throw Error("unknown --device '" + o.device + "' (auto, cpu, cuda or cuda:N)");
+    }
+    const bool cpu = c.device == "cpu";
+    c.precision = o.precision == "auto" ? (cpu ? "fp32" : "fp16") : o.precision;
+    if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16")
+        throw Error("unknown --precision '" + o.precision + "' (auto, fp32, fp16 or bf16)");
+    if (cpu && c.precision == "fp16")
+        throw Error("--precision fp16 is not available on CPU: LibTorch 1.13 has no fp16 convolution kernels on CPU; "
+                    "use --precision fp32 (--weights fp16 still halves the weights)");
+    if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16")
+        throw Error("unknown --weights '" + o.weights + "' (auto, fp32 or fp16)");
+    c.weights = o.weights == "auto" ? c.precision : o.weights;
+    return c;
+}
+
+using DecodeFn = std::function<at::Tensor(const at::Tensor&)>;
+
+// Decodes latents [1, C, h, w] in overlapping tiles of `tile` latent pixels and
+// blends them with linear ramps across each overlap, so the peak is that of
+// one tile. Each tile normalises over itself (GroupNorm), so tiles differ
+// slightly at their edges; the ramps fade one into the next without a seam.
+at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int tile, int factor) {
+    const int64_t h = z.size(2), w = z.size(3);
+    const int64_t overlap = std::max<int64_t>(2, tile / 4);
+    auto starts = [&](int64_t size) {
+        std::vector<int64_t> s;
+        if (size <= tile) return std::vector<int64_t>{0};
+        for (int64_t p = 0;; p += tile - overlap) {
+            if (p + tile >= size) {
+                s.push_back(size - tile);
+                break;
+            }
+            s.push_back(p);
+        }
+        return s;
+    };
+    const auto ys = starts(h), xs = starts(w);
+    const int64_t th = std::min<int64_t>(tile, h), tw = std::min<int64_t>(tile, w);
+    at::Tensor out, weight;
+    // A ramp over `overlap * factor` pixels on each side that meets another tile.
+    auto ramp = [&](int64_t len, bool lo, bool hi) {
+        const double n = static_cast<double>(overlap * factor);
+        const auto i = at::arange(len, at::kFloat);
+        auto r = at::ones({len});
+        if (lo) r = at::minimum(r, (i + 0.5) / n);
+        if (hi) r = at::minimum(r, (static_cast<double>(len - 1) - i + 0.5) / n);
+        return r;
+    };
+    for (size_t yi = 0; yi < ys.size(); ++yi) {
+        for (size_t xi = 0; xi < xs.size(); ++xi) {
+            const int64_t y = ys[yi], x = xs[xi];
+            auto piece = decode_one(z.slice(2, y, y + th).slice(3, x, x + tw).contiguous());
+            if (!out.defined()) {
+                out = at::zeros({1, piece.size(1), h * factor, w * factor});
+                weight = at::zeros({1, 1, h * factor, w * factor});
+            }
+            auto wy = ramp(th * factor, yi > 0, yi + 1 < ys.size());
+            auto wx = ramp(tw * factor, xi > 0, xi + 1 < xs.size());
+            auto m = (wy.view({-1, 1}) * wx.view({1, -1})).view({1, 1, th * factor, tw * factor});
+            auto o = out.slice(2, y * factor, (y + th) * factor).slice(3, x * factor, (x + tw) * factor);
+            o.add_(piece * m);
+            weight.slice(2, y * factor, (y + th) * factor).slice(3, x * factor, (x + tw) * factor).add_(m);
+        }
+    }
+    return out / weight;
+}
+
+}  // namespace
+
+std::string ComputeChoice::describe() const {
+    std::string s = precision + " on " + device;
+    if (precision != "fp32") s += " (attention scores, softmax and norms in fp32)";
+    return s + ", weights held in " + weights + " (text encoder: fp32)";
+}
+
+// The LibTorch implementation of the Pipeline interface.
+class TorchPipeline final : public Pipeline {
+public:
+    explicit TorchPipeline(const PipelineOptions& options);
+    ~TorchPipeline() override;
+    const ModelConfig& config() const override;
+    const ComputeChoice& compute() const override;
+    void check(const GenerateSettings& s) const override;
+    MemoryPlan plan(const GenerateSettings& s, int images) const override;
+    const StagePeaks& measured() const override;
+    const StageTimes& timings() const override;
+    void seed(uint64_t seed) override;
+    BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
+                         const ProgressFn& progress) override;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+struct TorchPipeline::Impl {
+    PipelineOptions options;
+    ComputeChoice compute;
+    c10::Device device = c10::kCPU;
+    at::ScalarType compute_type = at::kFloat, held_type = at::kFloat;  // UNet and VAE
+    ModelConfig config;
+    MemoryModel memory;
+    double base_rss = 0;
+    std::optional<ClipTokenizer> tokenizer;
+    std::optional<torch::jit::Module> text_encoder, unet, vae;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    StagePeaks peaks;
+    StageTimes times;
+
+    // The text encoder always holds fp32 weights: it runs alone, before the UNet.
+    at::ScalarType weight_type(const std::string& path) const {
+        return path == config.text_encoder_path ? at::kFloat : held_type;
+    }
+
+    // Stage inputs go to the device in the compute dtype; outputs come back as
+    // fp32 on the CPU, where the sampler and its generator live (so a seed gives
+    // the same start noise on every device). On CPU in fp32 these are no-ops.
+    at::Tensor to_device(const at::Tensor& t) const {
+        return t.is_floating_point() ? t.to(device, compute_type) : t.to(device);
+    }
+    static at::Tensor to_host(const at::Tensor& t) { return t.to(at::kCPU, at::kFloat); }
+
+    torch::jit::Module& stage(std::optional<torch::jit::Module>& slot, const std::string& path, double* seconds) {
+        if (!slot) {
+            const double start = seconds_since_process_start();
+            slot = load_stage(path, weight_type(path), device);
+            *seconds += seconds_since_process_start() - start;
+        }
+        return *slot;
+    }
+
+    void release(std::optional<torch::jit::Module>& slot) {
+        slot.reset();
+        release_free_memory();
+    }
+
+    // Long prompts and weighting: conditioning.h.
+    Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+                             const GenerateSettings& s) {
+        auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
+        TextEncodeFn encode = [&](const at::Tensor& ids) { return to_host(te.forward({ids.to(device)}).toTensor()); };
+        return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
+    }
+
+    // Decodes one image at a time (the VAE's activations grow with pixels).
+    at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan) {
+        auto& dec = stage(vae, config.vae_decoder_path, &times.vae_load);
+        set_attention(dec, {plan.attention_mode, plan.attention_chunk});
+        set_layer_memory(dec, plan.ff_chunk, plan.conv_split);
+        const at::Tensor z = latents * (1.0 / config.scale_factor);
+        const DecodeFn decode_one = [&](const at::Tensor& zi) { return to_host(dec.forward({to_device(zi)}).toTensor()); };
+        std::vector<at::Tensor> images;
+        for (int64_t i = 0; i < z.size(0); ++i) {
+            auto zi = z.slice(0, i, i + 1);
+            images.push_back(plan.vae_tile > 0 ? decode_tiled(decode_one, zi, plan.vae_tile, config.downsample_factor)
+                                               : decode_one(zi));
+        }
+        return at::cat(images);
+    }
+
+    MemoryRequest request(const GenerateSettings& s, int images) const {
+        MemoryRequest r;
+        r.height = s.height;
+        r.width = s.width;
+        r.images = images;
+        r.guidance = s.scale != 1.0;
+        r.budget = options.max_memory > 0 ? options.max_memory
+                   : device.is_cpu()      ? available_memory()
+                                          : kDefaultGpuBudget;
+        r.sequential = options.sequential;
+        if (options.attention != "auto") r.attention = parse_attention(options.attention);
+        if (options.batch_size) r.unet_rows = *options.batch_size * (r.guidance ? 2 : 1);
+        if (options.vae_tile) r.vae_tile = *options.vae_tile;
+        r.half_weights = held_type != at::kFloat;
+        return r;
+    }
+};
+
+TorchPipeline::TorchPipeline(const PipelineOptions& options) : impl_(std::make_unique<Impl>()) {
+    impl_->options = options;
+    if (options.attention != "auto") parse_attention(options.attention);  // reject bad names up front
+    impl_->compute = resolve_compute(options);
+    impl_->device = c10::Device(impl_->compute.device);
+    impl_->compute_type = dtype_named(impl_->compute.precision);
+    impl_->held_type = dtype_named(impl_->compute.weights);
+    if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
+    if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
+    impl_->config = load_model_config(options.model_dir);
+    for (const auto* stage : {&impl_->config.text_encoder_path, &impl_->config.unet_path, &impl_->config.vae_decoder_path})
+        check_stage_files(*stage);
+    impl_->memory = memory_model(impl_->config);
+    impl_->tokenizer = ClipTokenizer::load(impl_->config.vocab_path, impl_->config.merges_path);
+    configure_runtime(options.threads);
+    impl_->base_rss = static_cast<double>(current_rss_bytes());
+}
+
+TorchPipeline::~TorchPipeline() = default;
+
+const ModelConfig& TorchPipeline::config() const { return impl_->config; }
+const ComputeChoice& TorchPipeline::compute() const { return impl_->compute; }
+const StagePeaks& TorchPipeline::measured() const {
+    const auto c = block_cache_stats();
+    impl_->peaks.large_blocks = static_cast<long long>(c.hits + c.misses);
+    impl_->peaks.reused_blocks = static_cast<long long>(c.hits);
+    return impl_->peaks;
+}
+const StageTimes& TorchPipeline::timings() const { return impl_->times; }
+
+void TorchPipeline::check(const GenerateSettings& s) const {
+    const auto& c = impl_->config;
+    check_sampler_settings(s.sampler, s.schedule);
+    parse_parameterization(c.parameterization);
+    const int T = static_cast<int>(c.alphas_cumprod.size());
+    if (s.steps < 1 || s.steps > T)
+        throw Error("--steps must be between 1 and " + std::to_string(T) + ", the number of timesteps in this model's noise " +
+                    "schedule (model.json alphas_cumprod), got " + std::to_string(s.steps));
+    sampler_step_count(s.sampler, s.steps, T);  // rejects CompVis counts whose schedule runs past T-1
+    for (auto [name, v] : {std::pair<const char*, int>{"--H", s.height}, {"--W", s.width}}) {
+        if (v < c.size_multiple || v % c.size_multiple != 0)
+            throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +
+                        std::to_string(c.size_multiple) + ", which this model needs");
+    }
+}
+
+MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
+    // On a GPU the budget is the device's memory, which the host RSS does not touch.
+    MemoryPlan p = plan_memory(impl_->memory, impl_->request(s, images), impl_->device.is_cpu() ? impl_->base_rss : 0);
+    p.compute = impl_->compute.describe();
+    if (!impl_->device.is_cpu()) {  // GPU headroom is no host memory
+        p.block_cache = 0;
+        p.text.kept = p.unet.kept = p.vae.kept = 0;
+    }
+    return p;
+}
+
+void TorchPipeline::seed(uint64_t seed) { impl_->gen = at::make_generator<at::CPUGeneratorImpl>(seed); }
+
+BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, const GenerateSettings& s, const ProgressFn& progress) {
+    check(s);
+    if (prompts.empty()) throw Error("no prompts to generate");
+    auto& im = *impl_;
+    const auto& c = im.config;
+    const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
+    set_block_cache_limit(static_cast<size_t>(plan.block_cache));
+    c10::InferenceMode guard;
+    const int64_t n = static_cast<int64_t>(prompts.size());
+    const int64_t h = s.height / c.downsample_factor, w = s.width / c.downsample_factor;
+    im.peaks = {};
+    const bool first_batch = im.times.start_to_first_step == 0;
+    const bool measure = im.options.measure_stages;
+    auto start_measure = [&] {
+        if (measure) reset_peak_rss();
+    };
+    auto stage_peak = [&] { return measure ? peak_rss_bytes() : 0; };
+    // Each stage frees the last one's kept blocks: they are of other sizes.
+    auto end_stage = [&](long long& peak, long long& kept) {
+        peak = stage_peak();
+        kept = static_cast<long long>(block_cache_stats().peak_cached_bytes);
+        drop_cached_blocks();
+    };
+
+    try {
+        // Text: the unconditional embedding is the encoder's output for "" (not zeros).
+        start_measure();
+        const double text_start = seconds_since_process_start(), text_load_before = im.times.text_load;
+        auto [cond, uncond] = im.encode_text(prompts, std::vector<std::string>(prompts.size(), s.negative_prompt), s);
+        if (first_batch)
+            im.times.first_text_encode =
+                seconds_since_process_start() - text_start - (im.times.text_load - text_load_before);
+        if (plan.sequential) im.release(im.text_encoder);
+        end_stage(im.peaks.text, im.peaks.text_kept);
+
+        // Sampling, with the UNet run in passes of at most plan.unet_rows rows.
+        start_measure();
+        at::Tensor x = at::randn({n, c.latent_channels, h, w}, im.gen);
+        auto& unet = im.stage(im.unet, c.unet_path, &im.times.unet_load);
+        set_attention(unet, {plan.attention_mode, plan.attention_chunk});
+        set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
+        const double scale = s.scale;
+        const at::Tensor context = im.to_device(scale == 1.0 ? cond : at::cat({uncond, cond}));
+        const int64_t rows_per_pass = plan.unet_rows;
+        auto run_unet = [&](const at::Tensor& xs, const at::Tensor& ts) {
+            const int64_t rows = xs.size(0);
+            auto pass = [&](int64_t i, int64_t e) {
+                return im.to_host(unet.forward({im.to_device(xs.slice(0, i, e)), ts.slice(0, i, e).to(im.device),
+                                                context.slice(0, i, e)}).toTensor());
+            };
+            if (rows <= rows_per_pass) return pass(0, rows);
+            std::vector<at::Tensor> parts;
+            for (int64_t i = 0; i < rows; i += rows_per_pass) parts.push_back(pass(i, std::min(rows, i + rows_per_pass)));
+            return at::cat(parts);
+        };
+        EpsFn eps = [&](const at::Tensor& xt, const at::Tensor& t) -> at::Tensor {
+            if (scale == 1.0) return run_unet(xt, t);
+            auto parts = run_unet(at::cat({xt, xt}), at::cat({t, t})).chunk(2);
+            return parts[0] + scale * (parts[1] - parts[0]);
+        };
+        StepFn on_step = nullptr;
+        if (progress) on_step = [&](int i, int total, const at::Tensor&, const at::Tensor&) { progress(i + 1, total); };
+        const SamplerSettings ks{s.sampler, s.schedule, s.steps, parse_parameterization(c.parameterization)};
+        if (first_batch) im.times.start_to_first_step = seconds_since_process_start();
+        at::Tensor latents = sample(ks, eps, x, c.alphas_cumprod, im.gen, on_step).contiguous();
+        // NaN turns into black pixels silently; stop instead, before anything is written.
+        if (!at::isfinite(latents).all().item<bool>())
+            throw RunFailure("sampling gave NaN or infinite latents, so no image was written: the model's weights may hold "
+                             "NaN or Inf (a damaged or badly converted checkpoint), or --scale is too large for this "
+                             "sampler and step count");
+        if (plan.sequential) im.release(im.unet);
+        end_stage(im.peaks.unet, im.peaks.unet_kept);
+
+        start_measure();
+        at::Tensor decoded = im.decode(latents, plan);
+        if (!at::isfinite(decoded).all().item<bool>())
+            throw RunFailure("the VAE decoder gave NaN or infinite pixels, so no image was written: its weights may hold "
+                             "NaN or Inf (a damaged or badly converted checkpoint or VAE)");
+        if (plan.sequential) im.release(im.vae);
+        end_stage(im.peaks.vae, im.peaks.vae_kept);
+        // As txt2img: clamp((x + 1) / 2, 0, 1) * 255, then truncation to uint8.
+        at::Tensor pixels = (255.0 * at::clamp((decoded + 1.0) / 2.0, 0.0, 1.0)).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
+
+        BatchOutput out;
+        out.latent_shape = latents.sizes().vec();
+        out.latents.assign(latents.data_ptr<float>(), latents.data_ptr<float>() + latents.numel());
+        const int64_t H = pixels.size(1), W = pixels.size(2);
+        for (int64_t i = 0; i < n; ++i) {
+            Image img;
+            img.height = static_cast<int>(H);
+            img.width = static_cast<int>(W);
+            const uint8_t* p = pixels[i].data_ptr<uint8_t>();
+            img.rgb.assign(p, p + H * W * 3);
+            out.images.push_back(std::move(img));
+        }
+        return out;
+    } catch (const Error&) {
+        throw;
+    } catch (const RunFailure&) {
+        throw;
+    } catch (const c10::Error& e) {
+        throw std::runtime_error("model run failed: " + short_message(e));
+    } catch (const std::runtime_error& e) {
+        // What fails inside scripted code comes back as a runtime_error whose
+        // text is the TorchScript traceback.
+        throw std::runtime_error("model run failed: " + script_error_line(e.what()));
+    }
+}
+
+std::unique_ptr<Pipeline> make_pipeline(const PipelineOptions& options) {
+    return std::make_unique<TorchPipeline>(options);
+}
+
+}  // namespace sd

@@ -1,0 +1,218 @@
+#include "engine/stage_loader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+#include <caffe2/serialize/inline_container.h>
+#include <nlohmann/json.hpp>
+
+#include "sd/error.h"
+#include "io/fs_util.h"
+#include "io/weight_file.h"
+
+namespace sd {
+
+namespace {
+
+// One read-only file mapped privately (a stray write copies a page; it never
+// reaches the file). Unmapped when the last tensor that points into it dies.
+struct Mapping {
+    void* base = MAP_FAILED;
+    size_t size = 0;
+    ~Mapping() {
+        if (base != MAP_FAILED) munmap(base, size);
+    }
+};
+
+std::shared_ptr<Mapping> map_file(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error("cannot read weights file " + path);
+    struct stat st {};
+    auto m = std::make_shared<Mapping>();
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        m->size = static_cast<size_t>(st.st_size);
+        m->base = mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    }
+    close(fd);
+    if (m->base == MAP_FAILED) throw Error("cannot map weights file " + path);
+    return m;
+}
+
+at::ScalarType dtype_of(const std::string& name) {
+    return name == "F32" ? at::kFloat : name == "F16" ? at::kHalf : at::kBFloat16;
+}
+
+using ShapeMap = std::unordered_map<std::string, std::vector<int64_t>>;
+
+// The archive entry where the export records each parameter's shape: the code
+// file keeps only empty placeholders, so without it a weight file of another
+// model with the same parameter names would load and fail mid-run.
+constexpr const char* kShapesEntry = "parameter_shapes.json";
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::ostringstream o;
+    o << '[';
+    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
+    o << ']';
+    return o.str();
+}
+
+// The shapes a .pt records, read from its archive without loading the module;
+// none for an export older than the record.
+ShapeMap shapes_in_archive(const std::string& pt_path) {
+    caffe2::serialize::PyTorchStreamReader reader(pt_path);
+    const std::string entry = std::string("extra/") + kShapesEntry;
+    if (!reader.hasRecord(entry)) return {};
+    auto [data, size] = reader.getRecord(entry);
+    ShapeMap shapes;
+    try {
+        const auto j = nlohmann::json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+        for (const auto& [name, dims] : j.items()) shapes[name] = dims.get<std::vector<int64_t>>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error("model file " + pt_path + " has a damaged " + kShapesEntry);
+    }
+    return shapes;
+}
+
+// A weight file fits its code when it holds exactly the recorded parameters,
+// each in the recorded shape.
+void check_fit(const std::vector<WeightEntry>& index, const ShapeMap& shapes, const std::string& path,
+               const std::string& pt_path) {
+    std::unordered_map<std::string, const WeightEntry*> by_name;
+    for (const auto& w : index) by_name[w.name] = &w;
+    for (const auto& [name, want] : shapes) {
+        auto it = by_name.find(name);
+        if (it == by_name.end()) throw Error("weights file " + path + " lacks the parameter " + name);
+        if (it->second->shape != want)
+            throw Error("weights file " + path + " does not fit " + pt_path + ": " + name + " is " +
+                        shape_text(it->second->shape) + " there, the model expects " + shape_text(want) +
+                        " (files of two different exports?)");
+    }
+    if (by_name.size() != shapes.size())
+        throw Error("weights file " + path + " holds tensors its model file does not have");
+}
+
+// Points every parameter of m at its bytes in the weight file. A tensor that
+// is converted or moved away hands its pages back at once (MADV_DONTNEED), so
+// widening an fp16 file never holds both copies of the weights.
+void map_weights(torch::jit::Module& m, const std::string& path, const std::vector<WeightEntry>& index) {
+    const auto mapping = map_file(path);
+    std::unordered_map<std::string, const WeightEntry*> by_name;
+    for (const auto& w : index) by_name[w.name] = &w;
+    size_t used = 0;
+    for (const auto& p : m.named_parameters(/*recurse=*/true)) {
+        auto it = by_name.find(p.name);
+        if (it == by_name.end()) throw Error("weights file " + path + " lacks the parameter " + p.name);
+        const WeightEntry& w = *it->second;
+        char* data = static_cast<char*>(mapping->base) + w.begin;
+        auto release = [mapping, data, bytes = w.end - w.begin](void*) {
+            const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+            const uintptr_t from = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+            const uintptr_t to = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+            if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+        };
+        at::Tensor t = torch::from_blob(data, w.shape, release, at::TensorOptions().dtype(dtype_of(w.dtype)));
+        at::Tensor target = p.value;
+        target.set_data(t);
+        ++used;
+    }
+    if (used != index.size()) throw Error("weights file " + path + " holds tensors its model file does not have");
+}
+
+// The checks on a stage's files that need only their headers. Returns the
+// weight file's index, or nothing for an old export that keeps its weights
+// inside the .pt.
+std::optional<std::vector<WeightEntry>> checked_weight_index(const std::string& path) {
+    if (!file_exists(path)) throw Error("model file " + path + " is missing");
+    ShapeMap shapes;
+    try {
+        shapes = shapes_in_archive(path);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception&) {
+        throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");
+    }
+    const std::string weights_path = weight_file_for(path);
+    if (!file_exists(weights_path)) {
+        // Without the record, an old export with the weights inside the .pt is still fine.
+        if (!shapes.empty()) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
+        return std::nullopt;
+    }
+    auto index = read_weight_index(weights_path);
+    if (!shapes.empty()) check_fit(index, shapes, weights_path, path);
+    return index;
+}
+
+}  // namespace
+
+std::string script_error_line(const std::string& what) {
+    const size_t end = what.find_last_not_of(" \t\r\n");
+    if (end == std::string::npos) return "unknown error";
+    const size_t newline = what.find_last_of('\n', end);
+    const size_t begin = newline == std::string::npos ? 0 : newline + 1;
+    return what.substr(begin, end + 1 - begin);
+}
+
+std::string short_message(const c10::Error& e) {
+    std::string m = e.what_without_backtrace();
+    auto nl = m.find('\n');
+    return nl == std::string::npos ? m : m.substr(0, nl);
+}
+
+void check_stage_files(const std::string& path) { checked_weight_index(path); }
+
+torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device) {
+    const auto index = checked_weight_index(path);
+    try {
+        auto m = torch::jit::load(path, torch::kCPU);
+        m.eval();
+        const std::string weights_path = weight_file_for(path);
+        if (index) {
+            map_weights(m, weights_path, *index);
+        } else {
+            for (const auto& p : m.parameters())
+                if (p.numel() == 0) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
+        }
+        // Module::to replaces one tensor at a time, so converting costs at most
+        // one extra tensor, not a second copy of the weights.
+        for (const auto& p : m.parameters()) {
+            if (p.is_floating_point() && p.scalar_type() != weights) {
+                m.to(weights);
+                break;
+            }
+        }
+        if (!device.is_cpu()) m.to(device);
+        return m;
+    } catch (const Error&) {
+        throw;
+    } catch (const c10::Error& e) {
+        throw Error("cannot load model file " + path + ": not a valid TorchScript file (corrupt or truncated?)");
+    } catch (const std::exception& e) {
+        throw Error("cannot load model file " + path + ": " + e.what());
+    }
+}
+
+void set_attention(torch::jit::Module& m, const AttentionSetting& a) {
+    for (auto sub : m.modules()) {
+        if (sub.hasattr("attention_mode")) {
+            sub.setattr("attention_mode", static_cast<int64_t>(a.mode));
+            sub.setattr("attention_chunk", static_cast<int64_t>(a.chunk));
+        }
+    }
+}
+
+void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split) {
+    for (auto sub : m.modules()) {
+        if (sub.hasattr("ff_chunk")) sub.setattr("ff_chunk", static_cast<int64_t>(ff_chunk));
+        if (sub.hasattr("conv_split")) sub.setattr("conv_split", conv_split);
+    }
+}
+
+}  // namespace sd

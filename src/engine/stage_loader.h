@@ -1,0 +1,41 @@
+// Loading the exported TorchScript stages and choosing their attention strategy.
+#pragma once
+#include <string>
+
+#include <torch/script.h>
+
+#include "sd/memory_plan.h"
+
+namespace sd {
+
+// torch::jit::load with a one-line sd::Error naming the file when it is
+// missing, truncated or not a TorchScript module. The floating-point weights
+// are then held as `weights` (kFloat: an fp16 file is widened; kHalf: the
+// layers widen each weight as they run, docs/model-format.md), and moved to
+// `device` after that conversion, so a GPU never holds the file's own dtype.
+torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
+                              c10::Device device = c10::kCPU);
+
+// The checks load_stage makes on a stage's files, from their headers alone (the
+// .pt's archive directory and recorded parameter shapes, the .weights header):
+// milliseconds, so every stage is checked before the first one runs and a
+// broken VAE file is not found only after sampling. Throws sd::Error.
+void check_stage_files(const std::string& path);
+
+// Sets the strategy on every attention module inside m (the int attributes
+// attention_mode / attention_chunk of docs/model-format.md).
+void set_attention(torch::jit::Module& m, const AttentionSetting& a);
+
+// Sets the feed-forward token chunk (ff_chunk, 0 = all tokens) and the conv
+// weight bytes per call (conv_split, 0 = whole) on every layer that has them.
+void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split);
+
+// The first line of a LibTorch error, without its C++ backtrace.
+std::string short_message(const c10::Error& e);
+
+// The last line of an error raised inside TorchScript code: the text is a
+// traceback of the scripted source, and its last line ("RuntimeError: ...")
+// is the one that says what went wrong.
+std::string script_error_line(const std::string& what);
+
+}  // namespace sd

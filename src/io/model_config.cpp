@@ -1,0 +1,166 @@
+#include "sd/model_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "sd/error.h"
+#include "io/fs_util.h"
+
+namespace sd {
+
+namespace {
+
+// model.json is read from a folder a user may have downloaded: every number is
+// checked against what an SD-like network can be before anything is sized
+// from it (a context length of 1e9 once allocated 22 GB before failing).
+constexpr long long kMaxChannels = 1 << 16;
+
+// A whole number in [lo, hi], or an error naming the file, the key and the range.
+int checked_int(const nlohmann::json& j, const char* key, int def, long long lo, long long hi, const std::string& path,
+                bool required = false) {
+    if (!j.contains(key)) {
+        if (required) throw Error(path + ": \"" + key + "\" is missing");
+        return def;
+    }
+    const auto& v = j[key];
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+        v.get<long long>() < lo || v.get<long long>() > hi)
+        throw Error(path + ": \"" + key + "\" must be a whole number from " + std::to_string(lo) + " to " +
+                    std::to_string(hi) + ", got " + v.dump());
+    return v.get<int>();
+}
+
+double checked_real(const nlohmann::json& j, const char* key, double def, double lo, double hi, const std::string& path,
+                    bool required = false) {
+    if (!j.contains(key)) {
+        if (required) throw Error(path + ": \"" + key + "\" is missing");
+        return def;
+    }
+    const auto& v = j[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || v.get<double>() > hi) {
+        std::ostringstream range;
+        range << lo << " to " << hi;
+        throw Error(path + ": \"" + key + "\" must be a number from " + range.str() + ", got " + v.dump());
+    }
+    return v.get<double>();
+}
+
+std::string checked_string(const nlohmann::json& j, const char* key, const std::string& def, const std::string& path) {
+    if (!j.contains(key)) return def;
+    if (!j[key].is_string()) throw Error(path + ": \"" + key + "\" must be a string, got " + j[key].dump());
+    return j[key].get<std::string>();
+}
+
+void check_one_of(const std::string& value, std::initializer_list<const char*> known, const char* key,
+                  const std::string& path, const std::string& hint = "") {
+    std::string list;
+    for (const char* k : known) {
+        if (value == k) return;
+        list += std::string(list.empty() ? "" : ", ") + k;
+    }
+    throw Error(path + ": unknown " + key + " \"" + value + "\" (this build runs " + list + ")" + hint);
+}
+
+// Every number inside "architecture" (the networks' sizes) must be finite and
+// of a size a network can have; memory_model() reads them.
+void check_architecture_numbers(const nlohmann::json& a, const std::string& path, const std::string& at) {
+    if (a.is_object()) {
+        for (const auto& [k, v] : a.items()) check_architecture_numbers(v, path, at + "." + k);
+    } else if (a.is_array()) {
+        for (size_t i = 0; i < a.size(); ++i) check_architecture_numbers(a[i], path, at + "[" + std::to_string(i) + "]");
+    } else if (a.is_number()) {
+        const double v = a.get<double>();
+        if (!std::isfinite(v) || std::fabs(v) > static_cast<double>(kMaxChannels) * 16)
+            throw Error(path + ": " + at + " = " + a.dump() + " is not a size a network can have");
+    }
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const std::string& dir) {
+    if (!file_exists(dir)) throw Error("model folder " + dir + " does not exist (export one with scripts/export_model.py)");
+    if (!is_directory(dir))
+        throw Error("model path " + dir + " is a file, not a folder (give the folder scripts/export_model.py wrote)");
+    const std::string path = join_path(dir, "model.json");
+    if (!file_exists(path)) throw Error("model folder " + dir + " has no model.json (not an exported model?)");
+    std::ifstream in(path);
+    if (!in || is_directory(path)) throw Error("cannot read " + path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+
+    ModelConfig c;
+    c.dir = dir;
+    try {
+        auto j = nlohmann::json::parse(ss.str());
+        if (!j.is_object()) throw Error(path + ": not a JSON object");
+        if (!j.contains("format") || j["format"] != 1) throw Error(path + ": unsupported model format (expected \"format\": 1)");
+        c.family = checked_string(j, "family", c.family, path);
+        check_one_of(c.family, {"sd1", "sd2"}, "model family", path, "; export the checkpoint with this build's export_model.py");
+        c.parameterization = checked_string(j, "parameterization", c.parameterization, path);
+        check_one_of(c.parameterization, {"eps", "v"}, "parameterization", path);
+        c.dtype = checked_string(j, "dtype", c.dtype, path);
+        check_one_of(c.dtype, {"float32", "float16"}, "dtype", path);
+        c.scale_factor = checked_real(j, "scale_factor", 0, 1e-6, 100, path, true);
+        c.latent_channels = checked_int(j, "latent_channels", 0, 1, 64, path, true);
+        c.downsample_factor = checked_int(j, "downsample_factor", 0, 1, 64, path, true);
+        c.size_multiple = checked_int(j, "size_multiple", 0, 1, 1024, path, true);
+        c.image_size = checked_int(j, "image_size", 0, 0, 16384, path);
+        c.guidance_scale = checked_real(j, "guidance_scale", 0, 0, 100, path);
+        c.context_length = checked_int(j, "context_length", 0, 2, 1024, path, true);
+        c.context_dim = checked_int(j, "context_dim", c.context_dim, 1, kMaxChannels, path);
+        c.bos_id = checked_int(j, "bos_id", c.bos_id, 0, 1 << 24, path);
+        c.eos_id = checked_int(j, "eos_id", c.eos_id, 0, 1 << 24, path);
+        c.pad_id = checked_int(j, "pad_id", c.pad_id, 0, 1 << 24, path);
+        if (!j.contains("alphas_cumprod") || !j["alphas_cumprod"].is_array())
+            throw Error(path + ": \"alphas_cumprod\" (the noise schedule) is missing");
+        const auto& ac = j["alphas_cumprod"];
+        if (ac.size() < 2 || ac.size() > 100000)
+            throw Error(path + ": \"alphas_cumprod\" has " + std::to_string(ac.size()) +
+                        " entries; a noise schedule has 2 to 100000 (SD's have 1000)");
+        for (const auto& v : ac) {
+            if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1))
+                throw Error(path + ": \"alphas_cumprod\" holds " + v.dump() + "; every entry must be in (0, 1]");
+            c.alphas_cumprod.push_back(v.get<float>());
+        }
+        c.source = checked_string(j, "source", "", path);
+        if (j.contains("architecture")) {
+            if (!j["architecture"].is_object()) throw Error(path + ": \"architecture\" must be a JSON object");
+            check_architecture_numbers(j["architecture"], path, "architecture");
+            const auto& a = j["architecture"];
+            // The token ids index the text encoder's embedding table.
+            if (a.contains("text") && a["text"].is_object() && a["text"].contains("vocab")) {
+                const int vocab = checked_int(a["text"], "vocab", 0, 1, 1 << 24, path + ": architecture.text");
+                for (auto [name, id] : {std::pair<const char*, int>{"bos_id", c.bos_id}, {"eos_id", c.eos_id}, {"pad_id", c.pad_id}})
+                    if (id >= vocab)
+                        throw Error(path + ": " + name + " " + std::to_string(id) + " is outside the text encoder's " +
+                                    std::to_string(vocab) + "-token vocabulary");
+            }
+            c.architecture_json = a.dump();
+        }
+        auto files = j.value("files", nlohmann::json::object());
+        if (!files.is_object()) throw Error(path + ": \"files\" must be a JSON object");
+        auto file = [&](const char* key, const char* def) {
+            const std::string name = checked_string(files, key, def, path + ": files");
+            if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+                throw Error(path + ": files." + key + " must be a file name inside the model folder, got \"" + name + "\"");
+            return join_path(dir, name);
+        };
+        c.text_encoder_path = file("text_encoder", "text_encoder.pt");
+        c.unet_path = file("unet", "unet.pt");
+        c.vae_decoder_path = file("vae_decoder", "vae_decoder.pt");
+        c.vocab_path = file("vocab", "vocab.json");
+        c.merges_path = file("merges", "merges.txt");
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path + ": invalid model.json (" + std::string(e.what()) + ")");
+    }
+    if (c.image_size % c.size_multiple != 0)
+        throw Error(path + ": image_size " + std::to_string(c.image_size) + " is not a multiple of size_multiple");
+    for (const auto& f : {c.text_encoder_path, c.unet_path, c.vae_decoder_path, c.vocab_path, c.merges_path})
+        if (!file_exists(f)) throw Error("model file " + f + " is missing");
+    return c;
+}
+
+}  // namespace sd

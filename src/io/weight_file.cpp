@@ -1,0 +1,92 @@
+#include "io/weight_file.h"
+
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "sd/error.h"
+#include "io/fs_util.h"
+
+namespace sd {
+
+namespace {
+
+constexpr uint64_t kMaxHeader = 100u << 20;  // the safetensors format's own limit
+
+uint64_t element_size(const std::string& dtype) {
+    if (dtype == "F32") return 4;
+    if (dtype == "F16" || dtype == "BF16") return 2;
+    return 0;
+}
+
+}  // namespace
+
+std::string weight_file_for(const std::string& stage_path) {
+    const auto slash = stage_path.find_last_of('/');
+    const auto dot = stage_path.find_last_of('.');
+    const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    return (has_ext ? stage_path.substr(0, dot) : stage_path) + ".weights";
+}
+
+std::vector<WeightEntry> read_weight_index(const std::string& path) {
+    auto corrupt = [&](const std::string& why) { return Error("weights file " + path + " is corrupt: " + why); };
+    if (is_directory(path)) throw Error("weights file " + path + " is a folder, not a file");
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    if (!f) throw Error("cannot read weights file " + path);
+    const auto size = static_cast<uint64_t>(f.tellg());
+    f.seekg(0);
+    unsigned char len_bytes[8];
+    if (size < 8 || !f.read(reinterpret_cast<char*>(len_bytes), 8)) throw corrupt("shorter than its header");
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len_bytes[i];
+    if (header_len > kMaxHeader || header_len > size - 8) throw corrupt("header length past the end of the file");
+    std::string header(header_len, '\0');
+    if (!f.read(header.data(), static_cast<std::streamsize>(header_len))) throw corrupt("cannot read its header");
+    const uint64_t data_start = 8 + header_len, data_size = size - data_start;
+
+    nlohmann::json index;
+    try {
+        index = nlohmann::json::parse(header);
+    } catch (const nlohmann::json::exception&) {
+        throw corrupt("its header is not JSON");
+    }
+    if (!index.is_object()) throw corrupt("its header is not a JSON object");
+    std::vector<WeightEntry> out;
+    for (const auto& [name, e] : index.items()) {
+        if (name == "__metadata__") continue;
+        const auto bad = [&](const std::string& why) { return corrupt("tensor '" + name + "': " + why); };
+        if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+            throw bad("needs dtype, shape and data_offsets");
+        const auto& dtype = e["dtype"];
+        const auto& shape = e["shape"];
+        const auto& offsets = e["data_offsets"];
+        if (!dtype.is_string() || element_size(dtype.get<std::string>()) == 0) throw bad("dtype is not F32, F16 or BF16");
+        if (!shape.is_array() || shape.size() > 8) throw bad("shape is not a list of at most 8 sizes");
+        if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+            !offsets[1].is_number_unsigned())
+            throw bad("data_offsets is not [begin, end]");
+        WeightEntry w;
+        w.name = name;
+        w.dtype = dtype.get<std::string>();
+        const uint64_t elem = element_size(w.dtype);
+        uint64_t count = 1;
+        for (const auto& d : shape) {
+            if (!d.is_number_unsigned()) throw bad("shape has a size that is not a non-negative integer");
+            const uint64_t n = d.get<uint64_t>();
+            if (n != 0 && count > data_size / n) throw bad("shape larger than the file");
+            count *= n;
+            w.shape.push_back(static_cast<int64_t>(n));
+        }
+        const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+        if (begin > end || end > data_size) throw bad("data_offsets past the end of the file");
+        if (end - begin != count * elem) throw bad("data_offsets do not match its shape and dtype");
+        if ((data_start + begin) % elem != 0) throw bad("data not aligned to its element size");
+        w.begin = data_start + begin;
+        w.end = data_start + end;
+        out.push_back(std::move(w));
+    }
+    return out;
+}
+
+}  // namespace sd

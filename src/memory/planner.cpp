@@ -1,0 +1,343 @@
+#include "memory/planner.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sd/error.h"
+#include "io/weight_file.h"
+
+namespace sd {
+
+// UNet activations = a fixed part + a part per latent pixel and row.
+// Per pixel: the skip list plus kUnetTransientPerChannel x model_channels
+// floats of block temporaries. Fixed: kUnetFixedPerLargestConv x the largest
+// conv weight bytes of one call (oneDNN reorders each conv's weight into a
+// temporary on every call). Fitted to whole runs at 512x512 with 1 and 16
+// rows per pass, docs/memory.md.
+static constexpr double kUnetTransientPerChannel = 8.0;
+static constexpr double kUnetFixedPerLargestConv = 1.4;
+// VAE decoder: floats per output pixel, in units of ch, at the finest level
+// (upsampled 2ch input, its conv, ResnetBlock temporaries). See docs/memory.md.
+static constexpr double kVaeFloatsPerChannel = 8.0;
+// Its mid-block attention runs on the latent grid at the widest channel count,
+// beside the block's input, q, k and v; the finest level's activations are not
+// yet allocated then. Counting them together over-predicted a 1024x1024
+// per-head run by 22% (docs/benchmarks.md).
+static constexpr double kVaeMidTensors = 4.0;
+// Text encoder: activations are small next to its weights.
+static constexpr double kTextActivationFloatsPerToken = 24.0;
+// Freed-block reuse, per byte of a stage's predicted activations (and, in the
+// UNet, of its attention scores): what its freed blocks reach when all are
+// kept, and how much of that sits beside the stage's peak. Fitted to eight
+// UNet and three VAE runs of the full-size model, docs/memory.md.
+static constexpr double kUnetWorkingSet = 5.0, kUnetWorkingSetPerScore = 1.0;
+static constexpr double kUnetShareAtPeak = 3.0, kUnetShareAtPeakPerScore = 0.1;
+static constexpr double kVaeWorkingSet = 2.0, kVaeShareAtPeak = 1.1;
+// Layer settings every plan uses (models/sd_modules.py): the feed-forward runs
+// over this many tokens at a time and a conv call takes at most this many
+// weight bytes, which bounds the transient copies of the largest layers.
+static constexpr int kFeedForwardChunk = 1024;
+static constexpr double kConvSplitBytes = 32.0 * 1024 * 1024;
+
+AttentionSetting parse_attention(const std::string& text) {
+    AttentionSetting a;
+    if (text == "full") {
+        a.mode = AttentionMode::Full;
+    } else if (text == "per-head") {
+        a.mode = AttentionMode::PerHead;
+    } else if (text == "chunked" || text.rfind("chunked:", 0) == 0) {
+        a.mode = AttentionMode::Chunked;
+        if (text.size() > 8) {
+            const std::string n = text.substr(8);
+            if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1)
+                throw Error("invalid attention chunk size '" + n + "' (a positive number of query rows)");
+            a.chunk = std::stoi(n);
+        }
+    } else {
+        throw Error("unknown attention strategy '" + text + "' (choose full, per-head, chunked or chunked:N)");
+    }
+    return a;
+}
+
+double parse_size(const std::string& text) {
+    std::string t;
+    for (char c : text)
+        if (c != ' ') t += c;
+    size_t pos = 0;
+    double v = 0;
+    try {
+        v = std::stod(t, &pos);
+    } catch (...) {
+        throw Error("invalid memory size '" + text + "' (e.g. 4G, 3500M)");
+    }
+    std::string unit = t.substr(pos);
+    for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    double mult = 1;
+    if (unit.empty() || unit == "B") mult = 1;
+    else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
+    else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
+    else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
+    else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+    else throw Error("invalid memory size '" + text + "' (e.g. 4G, 3500M)");
+    if (!(v > 0) || !std::isfinite(v)) throw Error("invalid memory size '" + text + "' (must be positive)");
+    return v * mult;
+}
+
+std::string format_size(double bytes) {
+    char buf[32];
+    if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    else std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
+
+// A budget a user can type, rounded up: "3.6G" or "700M".
+static std::string suggest_size(double bytes) {
+    char buf[32];
+    if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1fG", std::ceil(bytes / (0.1 * 1024 * 1024 * 1024)) / 10);
+    else std::snprintf(buf, sizeof buf, "%.0fM", std::ceil(bytes / (1024.0 * 1024)));
+    return buf;
+}
+
+double available_memory() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    double kib = 0;
+    std::string unit;
+    while (in >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return 4.0 * 1024 * 1024 * 1024;
+}
+
+static double file_size(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<double>(st.st_size) : 0.0;
+}
+
+// A stage's weights: its TorchScript file and, in current exports, the weight file beside it.
+static double stage_size(const std::string& path) { return file_size(path) + file_size(weight_file_for(path)); }
+
+MemoryModel memory_model(const ModelConfig& c) {
+    MemoryModel m;
+    m.text_weights = stage_size(c.text_encoder_path);
+    m.unet_weights = stage_size(c.unet_path);
+    m.vae_weights = stage_size(c.vae_decoder_path);
+    m.half_file = c.dtype == "float16";
+    m.latent_channels = c.latent_channels;
+    m.downsample = c.downsample_factor;
+    if (c.architecture_json.empty()) return m;  // older export: SD 1.x defaults
+    try {
+        auto a = nlohmann::json::parse(c.architecture_json);
+        const auto& u = a.at("unet");
+        m.model_channels = u.at("model_channels").get<int>();
+        auto mult = u.at("channel_mult").get<std::vector<int>>();
+        auto attn = u.at("attention_resolutions").get<std::vector<int>>();
+        const int res_blocks = u.at("num_res_blocks").get<int>();
+        // Skip list: conv_in, then per level num_res_blocks outputs and a downsample.
+        double skip = m.model_channels;
+        int ch = m.model_channels;
+        m.attn_level = -1;
+        for (size_t level = 0; level < mult.size(); ++level) {
+            const double area = 1.0 / std::pow(4.0, static_cast<double>(level));
+            ch = mult[level] * m.model_channels;
+            skip += res_blocks * ch * area;
+            if (level + 1 < mult.size()) skip += ch * area / 4.0;
+            const int ds = 1 << level;
+            if (m.attn_level < 0 && std::find(attn.begin(), attn.end(), ds) != attn.end()) m.attn_level = static_cast<int>(level);
+        }
+        m.unet_skip_floats = skip;
+        // The first output block's conv: the deepest skip concatenated in, 3x3, fp32.
+        const double deepest = static_cast<double>(mult.back()) * m.model_channels;
+        m.unet_largest_conv_bytes = 2.0 * deepest * deepest * 9.0 * 4.0;
+        const int heads = u.value("num_heads", 8), head_ch = u.value("num_head_channels", -1);
+        const int attn_ch = m.model_channels * mult[static_cast<size_t>(std::max(0, m.attn_level))];
+        m.attn_heads = head_ch > 0 ? attn_ch / head_ch : heads;
+        const auto& v = a.at("vae");
+        m.vae_ch = v.at("ch").get<int>();
+        m.vae_mid_channels = m.vae_ch * v.at("ch_mult").get<std::vector<int>>().back();
+        const auto& t = a.at("text");
+        m.text_ctx = t.value("ctx", 77);
+        m.text_width = t.value("width", 768);
+        m.text_heads = t.value("heads", 12);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error("model.json: unreadable architecture (" + std::string(e.what()) + ")");
+    }
+    return m;
+}
+
+// Attention score bytes of one pass: rows x (queries at once) x keys, twice
+// (the scores and their softmax live together).
+static double score_bytes(double rows, double n, AttentionMode mode, int chunk, int heads) {
+    double queries = mode == AttentionMode::Full      ? heads * n
+                     : mode == AttentionMode::PerHead ? n
+                                                      : std::min<double>(chunk, n);
+    return 2.0 * rows * queries * n * 4.0;
+}
+
+std::string MemoryPlan::attention_name() const {
+    if (attention_mode == AttentionMode::Full) return "full";
+    if (attention_mode == AttentionMode::PerHead) return "per-head";
+    return "chunked:" + std::to_string(attention_chunk);
+}
+
+double MemoryPlan::peak() const {
+    if (sequential) return std::max({text.total(base), unet.total(base), vae.total(base)});
+    const double weights = text.weights + unet.weights + vae.weights;
+    return base + weights + std::max({text.transient(), unet.transient(), vae.transient()});
+}
+
+namespace {
+
+// The last tenth of the budget is never given to the cache: it is the margin
+// for the error of the plan without it (an fp16-weight run measured 5% over).
+constexpr double kCacheMargin = 0.1;
+
+// Freed-block reuse (block_cache.h): the cache gets what the budget leaves
+// over after the plan without it and the margin, up to the largest stage's
+// working set, so a tight budget runs as before and a loose one runs faster.
+MemoryPlan with_block_cache(MemoryPlan p) {
+    const double lean = p.peak();
+    const double most = std::max({p.text.working_set, p.unet.working_set, p.vae.working_set});
+    p.block_cache = std::max(0.0, std::min(most, (1 - kCacheMargin) * p.budget - lean));
+    for (StagePrediction* s : {&p.text, &p.unet, &p.vae}) {
+        // The cache keeps a freed block only while it has room and never
+        // evicts, so score blocks kept after the first attention hold their
+        // share of the limit until the next attention takes them back: other
+        // blocks get only what they leave (768x768, 4 images, per-head: 2.5
+        // GiB blocks, 28% over-predicted without this).
+        const double block = s->scores / 2;  // the scores and their softmax
+        const double held = block > 0 ? std::min(2.0, std::floor(p.block_cache / block)) * block : 0.0;
+        s->kept = std::min(p.block_cache - held, s->share_at_peak);
+    }
+    return p;
+}
+
+}  // namespace
+
+MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, const MemoryPlan& choice) {
+    MemoryPlan p = choice;
+    p.base = base;
+    p.budget = r.budget;
+    const double h = r.height / m.downsample, w = r.width / m.downsample;
+    const double rows = p.unet_rows;
+
+    p.half_weights = r.half_weights;
+    p.compute = std::string("fp32 on cpu, weights held in ") + (r.half_weights ? "fp16" : "fp32");
+    p.ff_chunk = kFeedForwardChunk;
+    p.conv_split = static_cast<int64_t>(kConvSplitBytes);
+    // Weights as held: the text encoder always in fp32, the others as asked.
+    // Loading holds the file's tensors, converted one at a time.
+    auto weights = [&](StagePrediction& s, double file, bool half) {
+        s.weights = file * (half ? 2.0 : 4.0) / (m.half_file ? 2.0 : 4.0);
+        s.load = std::max(file, s.weights);
+    };
+
+    weights(p.text, m.text_weights, false);
+    p.text.activations = 2.0 * r.images * m.text_ctx * m.text_width * 4.0 * kTextActivationFloatsPerToken;
+    p.text.scores = 2.0 * r.images * m.text_heads * m.text_ctx * m.text_ctx * 4.0;
+    p.text.beside_scores = p.text.activations;
+
+    weights(p.unet, m.unet_weights, r.half_weights);
+    const double hw = h * w;
+    // fp16 weights add the fp32 copy of the layer that runs.
+    const double conv = std::min(m.unet_largest_conv_bytes, kConvSplitBytes);
+    p.unet.activations = (kUnetFixedPerLargestConv + (r.half_weights ? 1.0 : 0.0)) * conv +
+                         rows * hw * 4.0 * (m.unet_skip_floats + kUnetTransientPerChannel * m.model_channels);
+    if (m.attn_level >= 0) {
+        const double n = hw / std::pow(4.0, m.attn_level);
+        p.unet.scores = score_bytes(rows, n, p.attention_mode, p.attention_chunk, m.attn_heads);
+    }
+    p.unet.beside_scores = p.unet.activations;
+    p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;
+    p.unet.share_at_peak = kUnetShareAtPeak * p.unet.activations + kUnetShareAtPeakPerScore * p.unet.scores;
+
+    // The VAE decodes one image at a time, whole or in overlapping tiles.
+    weights(p.vae, m.vae_weights, r.half_weights);
+    const double th = p.vae_tile > 0 ? std::min<double>(h, p.vae_tile) : h;
+    const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
+    const double pixels = th * tw * m.downsample * m.downsample;
+    p.vae.activations = pixels * 4.0 * kVaeFloatsPerChannel * m.vae_ch;
+    p.vae.scores = score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
+    p.vae.beside_scores = kVaeMidTensors * m.vae_mid_channels * th * tw * 4.0;
+    p.vae.working_set = kVaeWorkingSet * p.vae.activations;
+    p.vae.share_at_peak = kVaeShareAtPeak * p.vae.activations;
+    return p;
+}
+
+std::string MemoryPlan::describe() const {
+    std::ostringstream o;
+    auto row = [&](const char* name, const StagePrediction& s) {
+        o << "  " << name << ": weights " << format_size(s.weights) << ", activations " << format_size(s.activations)
+          << ", attention scores " << format_size(s.scores) << ", stage peak " << format_size(s.total(base)) << "\n";
+    };
+    o << "memory plan (budget " << format_size(budget) << ", process base " << format_size(base) << ")\n";
+    row("text encoder", text);
+    row("unet        ", unet);
+    row("vae decoder ", vae);
+    o << "  stage loading: " << (sequential ? "sequential (one stage in memory at a time)" : "all stages resident") << "\n";
+    o << "  attention: " << attention_name() << ", UNet rows per pass: " << unet_rows
+      << ", VAE: " << (vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px" : std::string("whole image")) << "\n";
+    o << "  compute: " << compute << "\n";
+    o << "  feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
+      << format_size(static_cast<double>(conv_split)) << "\n";
+    o << "  freed blocks kept for reuse: up to " << format_size(block_cache) << " (UNet " << format_size(unet.kept)
+      << ", VAE " << format_size(vae.kept) << ")\n";
+    o << "  predicted peak: " << format_size(peak()) << "\n";
+    return o.str();
+}
+
+MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base) {
+    const int full_rows = r.images * (r.guidance ? 2 : 1);
+    std::vector<bool> seq_options = r.sequential ? std::vector<bool>{*r.sequential} : std::vector<bool>{false, true};
+    std::vector<int> rows_options;  // halving the UNet pass down to one row
+    if (r.unet_rows) rows_options = {*r.unet_rows};
+    else
+        for (int rows = full_rows;; rows = rows > 2 ? 2 * ((rows + 3) / 4) : 1) {
+            rows_options.push_back(rows);
+            if (rows == 1) break;
+        }
+    std::vector<int> tile_options = r.vae_tile ? std::vector<int>{*r.vae_tile} : std::vector<int>{0, 64, 32, 16};
+    std::vector<AttentionSetting> attn_options;
+    if (r.attention) attn_options = {*r.attention};
+    else attn_options = {{AttentionMode::Chunked, 256}, {AttentionMode::Chunked, 128}, {AttentionMode::Chunked, 64},
+                         {AttentionMode::Chunked, 32}, {AttentionMode::Chunked, 16}};
+
+    // What to give up first as the budget shrinks: resident stages (a reload
+    // costs seconds per batch), then the size of UNet passes (results do not
+    // change), then the attention chunk, and last whole-image VAE decoding
+    // (tiles change the image slightly).
+    MemoryPlan smallest;
+    double smallest_peak = -1;
+    for (int tile : tile_options)
+        for (const AttentionSetting& attention : attn_options)
+            for (int rows : rows_options)
+                for (bool seq : seq_options) {
+                    MemoryPlan c;
+                    c.sequential = seq;
+                    c.unet_rows = rows;
+                    c.vae_tile = tile;
+                    c.attention_mode = attention.mode;
+                    c.attention_chunk = attention.chunk;
+                    MemoryPlan p = predict(m, r, base, c);
+                    if (p.peak() <= r.budget) return with_block_cache(p);
+                    if (smallest_peak < 0 || p.peak() < smallest_peak) {
+                        smallest_peak = p.peak();
+                        smallest = p;
+                    }
+                }
+    throw Error("not enough memory: the budget is " + format_size(r.budget) + " but the smallest plan (" +
+                (smallest.sequential ? std::string("sequential loading, ") : std::string("resident stages, ")) +
+                smallest.attention_name() + " attention, " + std::to_string(smallest.unet_rows) + " UNet rows, " +
+                (smallest.vae_tile ? "VAE tiles of " + std::to_string(smallest.vae_tile) : std::string("whole-image VAE")) +
+                ") needs about " + format_size(smallest_peak) + "; use --max-memory " + suggest_size(smallest_peak) +
+                " or more" + (r.half_weights ? "" : ", --weights fp16") + " or a smaller image");
+}
+
+}  // namespace sd

@@ -1,0 +1,54 @@
+// The memory planner: predicts the peak resident memory of each stage from
+// the model's architecture and picks stage loading, attention chunking, UNet
+// micro-batch and VAE tiling so that the run fits a budget (or says up front
+// how much it would need). The model of memory is derived in docs/memory.md
+// and checked against measurements in docs/benchmarks.md.
+#pragma once
+#include <optional>
+
+#include "sd/memory_plan.h"
+#include "sd/model_config.h"
+
+namespace sd {
+
+// What the user fixed; unset fields are the planner's to choose.
+struct MemoryRequest {
+    int height = 512, width = 512;
+    int images = 1;                 // images in the largest batch of the run
+    bool guidance = true;           // scale != 1: the UNet sees 2 rows per image
+    double budget = 0;              // bytes; 0: what the machine has available
+    std::optional<bool> sequential;           // --sequential-load on|off
+    std::optional<AttentionSetting> attention;  // --attention, unless auto
+    std::optional<int> unet_rows;             // rows per UNet pass (2 per image with guidance)
+    std::optional<int> vae_tile;              // latent tile edge; 0 = no tiling
+    bool half_weights = false;                // --weights fp16: UNet and VAE weights held in fp16
+};
+
+// Architecture constants of the memory model, read from model.json.
+struct MemoryModel {
+    double text_weights = 0, unet_weights = 0, vae_weights = 0;  // bytes (sizes of the .pt files)
+    bool half_file = false;        // the .pt files hold fp16 weights
+    int latent_channels = 4, downsample = 8;
+    int model_channels = 320;
+    double unet_skip_floats = 0;   // floats per latent pixel held in the UNet's skip list, per row
+    double unet_largest_conv_bytes = 0;
+    int attn_level = 0;            // finest UNet level with attention (-1: none)
+    int attn_heads = 8;
+    int vae_ch = 128;
+    int vae_mid_channels = 512;
+    int text_ctx = 77, text_width = 768, text_heads = 12;
+};
+
+MemoryModel memory_model(const ModelConfig& config);
+
+// Bytes the machine can give now (MemAvailable).
+double available_memory();
+
+// Predicts one configuration.
+MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, const MemoryPlan& choice);
+
+// Chooses the fastest configuration that fits r.budget; throws sd::Error with
+// the smallest budget that would work when none fits.
+MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base);
+
+}  // namespace sd

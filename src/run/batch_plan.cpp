@@ -1,0 +1,233 @@
+#include "run/batch_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <type_traits>
+#include <utility>
+
+#include "sd/error.h"
+
+namespace sd {
+
+namespace {
+
+// A run larger than this is almost certainly a typo in --n_iter.
+constexpr int64_t kMaxImages = 1000000;
+
+// The negative prompt needs GenerateSettings::negative_prompt in the pipeline
+// (it encodes it instead of ""). Until the pipeline has that field, a
+// non-empty negative prompt is refused instead of silently ignored.
+template <class S, class = void>
+struct HasNegativePrompt : std::false_type {};
+template <class S>
+struct HasNegativePrompt<S, std::void_t<decltype(std::declval<S&>().negative_prompt)>> : std::true_type {};
+
+template <class S>
+void set_negative_prompt(S& settings, const std::string& negative, const std::string& where) {
+    if constexpr (HasNegativePrompt<S>::value) {
+        settings.negative_prompt = negative;
+    } else if (!negative.empty()) {
+        throw Error(where + ": negative prompts are not supported by this build's pipeline");
+    }
+}
+
+bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
+    return a.negative_prompt == b.negative_prompt && a.settings.sampler == b.settings.sampler &&
+           a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
+           a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
+           a.seed == b.seed;
+}
+
+PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int number) {
+    PromptItem item;
+    item.prompt = line.prompt;
+    item.number = number;
+    item.line = line.line;
+    item.where = line.where();
+    const auto& o = line.overrides;
+    item.negative_prompt = o.negative_prompt.value_or(job.negative_prompt);
+    item.settings = job.settings;
+    if (o.steps) item.settings.steps = *o.steps;
+    if (o.scale) item.settings.scale = *o.scale;
+    if (o.height) item.settings.height = *o.height;
+    if (o.width) item.settings.width = *o.width;
+    if (o.sampler) item.settings.sampler = *o.sampler;
+    item.n_iter = o.n_iter.value_or(job.n_iter);
+    item.seed = o.seed;
+    if (item.seed && job.seed_mode != SeedMode::per_image)
+        throw Error(item.where + ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
+    set_negative_prompt(item.settings, item.negative_prompt, item.where);
+    return item;
+}
+
+std::string format_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return buf;
+}
+
+// Letters (any UTF-8), digits, '-', '_' and '.' kept; runs of anything else become one '_'.
+std::string prompt_slug(const std::string& prompt) {
+    std::string out;
+    for (size_t i = 0; i < prompt.size();) {
+        const unsigned char c = static_cast<unsigned char>(prompt[i]);
+        size_t len = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+        len = std::min(len, prompt.size() - i);
+        const bool keep = c >= 0x80 || std::isalnum(c) || c == '-' || c == '_' || (c == '.' && !out.empty());
+        if (keep) {
+            if (out.size() + len > 80) break;
+            out.append(prompt, i, len);
+        } else if (!out.empty() && out.back() != '_') {
+            if (out.size() + 1 > 80) break;
+            out += '_';
+        }
+        i += len;
+    }
+    while (!out.empty() && (out.back() == '_' || out.back() == '.')) out.pop_back();
+    return out.empty() ? "_" : out;
+}
+
+}  // namespace
+
+const char* seed_mode_name(SeedMode mode) { return mode == SeedMode::per_image ? "per-image" : "compvis"; }
+
+void check_name_pattern(const std::string& pattern) {
+    if (pattern.empty()) throw Error("--name must not be empty");
+    if (pattern.find('/') != std::string::npos) throw Error("--name \"" + pattern + "\" must be a file name, without '/'");
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        if (pattern[i] == '}') throw Error("--name \"" + pattern + "\": '}' without '{'");
+        if (pattern[i] != '{') continue;
+        const size_t end = pattern.find('}', i);
+        if (end == std::string::npos) throw Error("--name \"" + pattern + "\": '{' without '}'");
+        const std::string key = pattern.substr(i + 1, end - i - 1);
+        if (key != "index" && key != "seed" && key != "prompt")
+            throw Error("--name \"" + pattern + "\": unknown placeholder {" + key + "} (use {index}, {seed}, {prompt})");
+        i = end;
+    }
+}
+
+std::string expand_name(const std::string& pattern, int index, uint64_t seed, const std::string& prompt) {
+    std::string out;
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        const size_t end = pattern[i] == '{' ? pattern.find('}', i) : std::string::npos;
+        if (end == std::string::npos) {
+            out += pattern[i];
+            continue;
+        }
+        const std::string key = pattern.substr(i + 1, end - i - 1);
+        if (key == "index") {
+            char buf[16];
+            std::snprintf(buf, sizeof buf, "%05d", index);
+            out += buf;
+        } else if (key == "seed") {
+            out += std::to_string(seed);
+        } else {
+            out += prompt_slug(prompt);
+        }
+        i = end;
+    }
+    if (out.size() < 4 || out.compare(out.size() - 4, 4, ".png") != 0) out += ".png";
+    return out;
+}
+
+std::string parameters_text(const PromptItem& item, uint64_t seed, SeedMode mode, int index, const std::string& model) {
+    // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
+    const std::string& sampler = sampler_info(item.settings.sampler).a1111_name;
+    std::string text = item.prompt + "\n";
+    if (!item.negative_prompt.empty()) text += "Negative prompt: " + item.negative_prompt + "\n";
+    text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler +
+            ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(seed) +
+            ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
+            ", Model: " + model + ", Seed mode: " + seed_mode_name(mode) + ", Image index: " + std::to_string(index);
+    return text;
+}
+
+RunPlan plan_run(const Txt2ImgJob& job) {
+    if (job.n_samples < 1) throw Error("--n_samples must be at least 1");
+    if (job.n_iter < 1) throw Error("--n_iter must be at least 1");
+    if (job.prompts.empty()) throw Error("no prompt given (use --prompt or --from-file)");
+    if (job.n_samples > kMaxImages) throw Error("--n_samples " + std::to_string(job.n_samples) + " is too large");
+    const bool per_image = job.seed_mode == SeedMode::per_image;
+    const bool sharded = job.shard.n != 1 || job.shard.k != 0;
+    if (job.shard.n < 1 || job.shard.k < 0 || job.shard.k >= job.shard.n)
+        throw Error("--shard K/N needs 0 <= K < N, got " + std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n));
+    if (sharded && !per_image)
+        throw Error("--shard needs --seed-mode per-image (with compvis seeds every image depends on all earlier ones)");
+    if (sharded && !job.from_file) throw Error("--shard splits a prompt file: use it with --from-file");
+    if (job.skip_existing && !per_image)
+        throw Error("--skip-existing needs --seed-mode per-image (with compvis seeds a resumed run cannot give the same images)");
+    // Resuming and sharding need names that depend only on the image: {index} unless told otherwise.
+    std::string pattern = job.name_pattern;
+    if (pattern.empty() && (job.skip_existing || sharded)) pattern = "{index}";
+    if (!pattern.empty()) check_name_pattern(pattern);
+
+    RunPlan plan;
+    if (job.from_file) {
+        for (size_t i = 0; i < job.prompts.size(); ++i) plan.items.push_back(resolve_item(job, job.prompts[i], static_cast<int>(i)));
+    } else {
+        // One prompt: a batch is n_samples copies of it (CompVis).
+        for (int i = 0; i < job.n_samples; ++i) plan.items.push_back(resolve_item(job, job.prompts.front(), i));
+    }
+
+    // Batches: consecutive prompts with equal settings, at most n_samples; with
+    // per-image seeds one image each (the pipeline draws a batch's noise from one generator).
+    const size_t cap = per_image ? 1 : static_cast<size_t>(job.n_samples);
+    std::vector<std::vector<int>> groups;
+    for (int i = 0; i < static_cast<int>(plan.items.size()); ++i) {
+        if (!groups.empty() && groups.back().size() < cap && same_batch_settings(plan.items[groups.back().front()], plan.items[i]))
+            groups.back().push_back(i);
+        else
+            groups.push_back({i});
+    }
+    // One .npy holds one array: all latents must have the same shape.
+    if (!job.save_latents.empty())
+        for (const auto& item : plan.items)
+            if (item.settings.height != plan.items[0].settings.height || item.settings.width != plan.items[0].settings.width)
+                throw Error(item.where + ": --save-latents needs every image the same size; this line's size differs");
+    int64_t total = 0;
+    int max_iter = 0;
+    for (const auto& g : groups) {
+        total += static_cast<int64_t>(g.size()) * plan.items[g[0]].n_iter;
+        max_iter = std::max(max_iter, plan.items[g[0]].n_iter);
+    }
+    if (total > kMaxImages)
+        throw Error("the run would make " + std::to_string(total) + " images; the limit is " + std::to_string(kMaxImages));
+
+    // CompVis order: iterations outside, batches inside; a line with a smaller
+    // n_iter of its own drops out of the later iterations.
+    int index = 0;
+    for (int it = 0; it < max_iter; ++it) {
+        for (const auto& g : groups) {
+            if (plan.items[g[0]].n_iter <= it) continue;
+            PlannedBatch batch;
+            for (int item : g) {
+                PlannedImage img;
+                img.item = item;
+                img.iteration = it;
+                img.index = index++;
+                const auto& own = plan.items[item].seed;
+                img.seed = !per_image ? job.seed : own ? *own + static_cast<uint64_t>(it) : job.seed + static_cast<uint64_t>(img.index);
+                if (!pattern.empty()) img.name = expand_name(pattern, img.index, img.seed, plan.items[item].prompt);
+                batch.images.push_back(std::move(img));
+            }
+            plan.batches.push_back(std::move(batch));
+        }
+    }
+
+    if (!pattern.empty()) {
+        std::map<std::string, int> seen;
+        for (const auto& b : plan.batches)
+            for (const auto& img : b.images) {
+                if (img.name.size() > 255) throw Error("--name gives a file name longer than 255 bytes: " + img.name);
+                auto [it, fresh] = seen.emplace(img.name, img.index);
+                if (!fresh)
+                    throw Error("--name \"" + pattern + "\" gives images " + std::to_string(it->second) + " and " +
+                                std::to_string(img.index) + " the same name " + img.name + " (add {index})");
+            }
+    }
+    return plan;
+}
+
+}  // namespace sd

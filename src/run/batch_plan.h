@@ -1,0 +1,50 @@
+// The plan of a txt2img run, before any tensor work: which prompts with which
+// settings, in which batches and order, with which seeds and file names.
+// Pure logic (no LibTorch, no files), so that it is quick to test.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sd/pipeline.h"
+#include "sd/prompts.h"
+#include "sd/txt2img.h"
+
+namespace sd {
+
+struct PlannedImage {
+    int item = 0;       // index into RunPlan::items
+    int iteration = 0;  // 0-based
+    int index = 0;      // 0-based, generation order over the whole unsharded run
+    uint64_t seed = 0;  // per-image: its own seed; compvis: the run's seed
+    std::string name;   // file name when names are fixed by a pattern; empty: numbered at write time
+};
+
+struct PlannedBatch {
+    std::vector<PlannedImage> images;  // one per prompt; all share the items' settings
+};
+
+// Everything the run will do, in generation order, before sharding and skipping.
+struct RunPlan {
+    std::vector<PromptItem> items;
+    std::vector<PlannedBatch> batches;
+};
+
+// Builds the plan: resolves per-line settings, forms batches (consecutive
+// prompts with equal settings, at most n_samples; per-image seeds: one image a
+// batch), numbers images and names them. Throws sd::Error for inconsistent
+// options (e.g. --shard without per-image seeds) or duplicate names.
+RunPlan plan_run(const Txt2ImgJob& job);
+
+// The A1111-style "parameters" text: prompt, "Negative prompt: ..." when there
+// is one, then "Steps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x512, Model: ...".
+std::string parameters_text(const PromptItem& item, uint64_t seed, SeedMode mode, int index, const std::string& model);
+
+// File name from a --name pattern: {index} (5 digits), {seed}, {prompt}
+// (letters, digits, '-', '_', '.', at most 80 bytes); ".png" is added.
+std::string expand_name(const std::string& pattern, int index, uint64_t seed, const std::string& prompt);
+// Throws sd::Error when the pattern has an unknown placeholder, a '/' or is empty.
+void check_name_pattern(const std::string& pattern);
+
+}  // namespace sd

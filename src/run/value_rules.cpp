@@ -1,0 +1,58 @@
+#include "sd/value_rules.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include "sd/error.h"
+
+namespace sd {
+
+int64_t check_whole(const std::string& what, int64_t v, WholeRange r) {
+    if (v < r.lo || v > r.hi)
+        throw Error(what + " must be a whole number from " + std::to_string(r.lo) + " to " + std::to_string(r.hi) +
+                    ", got " + std::to_string(v));
+    return v;
+}
+
+double check_scale(const std::string& what, double v) {
+    if (!std::isfinite(v) || v < kMinScale || v > kMaxScale) {
+        std::ostringstream o;
+        o << what << " must be a number from " << kMinScale << " to " << kMaxScale << ", got " << v;
+        throw Error(o.str());
+    }
+    return v;
+}
+
+uint64_t parse_seed(const std::string& what, const std::string& text) {
+    constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+    bool ok = !text.empty();
+    uint64_t v = 0;
+    for (char c : text) {
+        const uint64_t d = static_cast<uint64_t>(c - '0');
+        if (c < '0' || c > '9' || v > (kMax - d) / 10) {
+            ok = false;
+            break;
+        }
+        v = v * 10 + d;
+    }
+    if (!ok) throw Error(what + " must be a whole number from 0 to " + std::to_string(kMax) + ", got \"" + text + "\"");
+    return v;
+}
+
+int max_threads() {
+    // More threads than cores only adds switching; four per core leaves room
+    // for machines whose core count the process cannot see.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    return static_cast<int>(std::max(16u, 4 * cores));
+}
+
+int check_threads(int64_t threads) {
+    if (threads < 0 || threads > max_threads())
+        throw Error("--threads must be from 0 (one per core) to " + std::to_string(max_threads()) +
+                    " (four per core on this machine, at least 16), got " + std::to_string(threads));
+    return static_cast<int>(threads);
+}
+
+}  // namespace sd
