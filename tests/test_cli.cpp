@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/code_check.h"
 #include "sd/error.h"
 #include "io/image_io.h"
 #include "io/npy.h"
@@ -725,4 +726,68 @@ TEST(Trust, MessagesNameTheProblem) {
     auto args = base_args(good_model(), sdtest::temp_dir());
     args.back() = std::string(17000, 'a');
     expect_clean_failure(run(args), "far more than any prompt needs");
+}
+
+// ---- README "Security": no code of a model file runs unless the export could have written it ----
+
+// The ways TorchScript source can name an operation, read as the loader reads code/
+// records (src/io/code_check.h): the exports' own forms pass, the others are named.
+TEST(Trust, CodeCheckReadsEveryWayToNameAnOperation) {
+    for (const char* ok : {"_12 = torch.conv2d(input, weight, bias, [1, 1], [1, 1], [1, 1])",
+                           "_8 = torch.to(weight, ops.prim.dtype(x))", "_0 = getattr(input_blocks, \"0\")",
+                           "_0 = __torch__.sd_modules.___torch_mangle_12.Linear",
+                           "  norm_type : Final[float] = 2.\n  padding_idx : Final[NoneType] = None",
+                           "h = (self.in_layers).forward(x, )", "eps: float=1.0000000000000001e-05) -> Tensor:"})
+        EXPECT_EQ(sd::unlisted_code_name(ok), "") << ok;
+    const std::vector<std::pair<std::string, std::string>> refused = {
+        {"t = torch.from_file(p, True, 16, dtype=0)", "torch.from_file"},
+        {"t = torch.autograd.from_file(p, True, 16)", "torch.from_file"},
+        {"t = ops.aten.from_file(p, True, 16)", "ops.aten.from_file"},
+        {"f = torch\n    t = f.from_file(p, True, 16)", "torch"},
+        {"o = ops.aten", "ops.aten"},
+        {"f = getattr(torch, \"from_file\")", "torch"},
+        {"f = getattr(self, \"from_file\")", "getattr(self, \"from_file\")"},
+        {"f = getattr(x, \"0\" \"a\")", "getattr(x, \"0\" \"a\")"},
+        {"_0 = torch.fill_(x, 1.)", "torch.fill_"},
+        {"_0 = (x).fill_(1.)", ".fill_"},
+        {"_0 = torch.to(x, 6).fill_(1.)", ".fill_"},
+        {"s = \"{}\".format(x)", ".format"},
+        {"y = (x # __torch__\n    .fill_(1.))", ".fill_"},
+        {"t = (torch # a comment\n    .from_file(p))", "torch"},
+        {"t = 2.from_file", ".from_file"},
+        {"c = __torch__.torch.classes.quantized.LinearPackedParamsBase", ".classes"},
+        {"class M(Module):\n  x : Tensor\n  def __setstate__(self: __torch__.M, s: str) -> None:\n"
+         "    self.x = torch.to(torch.from_file(s, True, 16, dtype=0), 6)",
+         "torch.from_file"},  // an operation is named before an unknown class met earlier
+    };
+    for (const auto& [code, name] : refused) EXPECT_EQ(sd::unlisted_code_name(code), name) << code;
+    EXPECT_TRUE(sd::code_name_listed("torch.conv2d"));
+    for (const char* never : {"torch.from_file", "torch.save", "ops.aten.from_file", ".classes", ".from_file"})
+        EXPECT_FALSE(sd::code_name_listed(never)) << never;
+}
+
+// A model folder whose .pt runs code on load (a scripted __setstate__ that maps a file,
+// tests/python/payloads.py) is refused with one line before anything loads, whichever
+// stage it is; the same file loaded by plain torch.jit.load does write the marker, so
+// the test can fail.
+TEST(Trust, ModelFileThatRunsCodeOnLoadIsRefused) {
+    const std::string python = sdtest::env("SD_PYTHON");
+    const std::string payloads = sdtest::env("SD_SOURCE_DIR") + "/tests/python/payloads.py";
+    for (const std::string stage : {"unet", "vae_decoder"}) {
+        SCOPED_TRACE(stage);
+        const std::string m = model_copy();
+        const std::string marker = sdtest::temp_dir() + "/marker";
+        const std::string pt = m + "/" + stage + ".pt";
+        auto made = run({python, payloads, marker, pt});
+        ASSERT_EQ(made.exit_code, 0) << made.err;
+        auto args = base_args(m, sdtest::temp_dir());
+        args.erase(std::find(args.begin(), args.end(), "--quiet"));  // refused before any progress line
+        auto r = run(args);
+        EXPECT_FALSE(std::filesystem::exists(marker)) << "the payload ran";
+        expect_clean_failure(r, pt);
+        EXPECT_NE(r.err.find("(torch.from_file)"), std::string::npos) << r.err;
+        auto loaded = run({python, "-c", "import sys, torch; torch.jit.load(sys.argv[1])", pt});
+        EXPECT_TRUE(std::filesystem::exists(marker)) << "torch.jit.load of the payload wrote nothing: the test proves nothing\n"
+                                                     << loaded.err;
+    }
 }

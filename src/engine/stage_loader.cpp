@@ -5,15 +5,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
 #include "sd/error.h"
+#include "io/code_check.h"
 #include "io/fs_util.h"
 #include "io/weight_file.h"
 
@@ -64,10 +68,46 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return o.str();
 }
 
-// The shapes a .pt records, read from its archive without loading the module;
-// none for an export older than the record.
+std::string lowercase(std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+Error refused_code(const std::string& pt_path, const std::string& what) {
+    return Error("model file " + pt_path + " uses an operation this tool's export never emits (" + what +
+                 "); refusing to run it (see README \"Security\")");
+}
+
+// Loading a .pt runs its code (a scripted __setstate__ runs inside torch::jit::load), so
+// its code/ records are read first and every operation they name must be one this tool's
+// export emits (src/code_check.h). LibTorch finds records whatever their case, so every
+// record that could be code is read, and names that differ only in case are refused.
+void check_archive_code(caffe2::serialize::PyTorchStreamReader& reader, const std::string& pt_path) {
+    std::unordered_set<std::string> seen;
+    for (const auto& name : reader.getAllRecords()) {
+        const std::string lower = lowercase(name);
+        if (!seen.insert(lower).second) throw refused_code(pt_path, "two records named " + name);
+        const bool code = lower.rfind("code/", 0) == 0 &&
+                          !(lower.size() >= 10 && lower.compare(lower.size() - 10, 10, ".debug_pkl") == 0);
+        // Unpickling the module can also build LibTorch's custom C++ classes by name.
+        const bool pickle = lower == "data.pkl" || lower == "constants.pkl";
+        if (!code && !pickle) continue;
+        auto [data, size] = reader.getRecord(name);
+        const std::string_view text(static_cast<const char*>(data.get()), size);
+        if (code) {
+            const std::string bad = unlisted_code_name(text);
+            if (!bad.empty()) throw refused_code(pt_path, bad);
+        } else if (text.find("torch.classes") != std::string_view::npos) {
+            throw refused_code(pt_path, "__torch__.torch.classes in " + name);
+        }
+    }
+}
+
+// The shapes a .pt records, read from its archive without loading the module (none
+// for an export older than the record), after checking the archive's code.
 ShapeMap shapes_in_archive(const std::string& pt_path) {
     caffe2::serialize::PyTorchStreamReader reader(pt_path);
+    check_archive_code(reader, pt_path);
     const std::string entry = std::string("extra/") + kShapesEntry;
     if (!reader.hasRecord(entry)) return {};
     auto [data, size] = reader.getRecord(entry);

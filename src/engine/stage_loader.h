@@ -16,8 +16,9 @@ namespace sd {
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
                               c10::Device device = c10::kCPU);
 
-// The checks load_stage makes on a stage's files, from their headers alone (the
-// .pt's archive directory and recorded parameter shapes, the .weights header):
+// The checks load_stage makes on a stage's files, without loading them (the .pt's
+// archive directory, its code against the operations this tool's export emits
+// (src/code_check.h), its recorded parameter shapes, the .weights header):
 // milliseconds, so every stage is checked before the first one runs and a
 // broken VAE file is not found only after sampling. Throws sd::Error.
 void check_stage_files(const std::string& path);

@@ -1,0 +1,146 @@
+"""No code runs from a checkpoint (README "Security"): the export refuses zip checkpoints
+that are not plain tensor pickles (a TorchScript archive would run its code inside
+torch.load(weights_only=True)), and the CLI's list of the operations this tool's export
+emits (src/io/op_allowlist.inc) is what scripts/gen_op_allowlist.py writes today.
+
+Every payload writes a marker file in a temporary folder when loaded; each test shows
+that the payload does write it when loaded without the check, so the test can fail.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import zipfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import diffusers_writer  # noqa: E402
+import payloads  # noqa: E402
+from test_export import fixtures_dir, load_exporter, run_export  # noqa: E402
+
+GEN = os.path.join(REPO, "scripts", "gen_op_allowlist.py")
+
+
+def load_in_subprocess(call, path):
+    """Loads path in a fresh python, without any check of ours: call is 'torch.load' or 'torch.jit.load'."""
+    code = "import sys, warnings, torch; warnings.simplefilter('ignore'); "
+    code += ("torch.load(sys.argv[1], weights_only=True)" if call == "torch.load" else "torch.jit.load(sys.argv[1])")
+    return subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+
+
+class RefusedCheckpoints(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.fx = fixtures_dir()
+        cls.sizes = ["--config", os.path.join(cls.fx, "v1-tiny.yaml"),
+                     "--text-config", os.path.join(cls.fx, "text_encoder.json")]
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="sd-trust-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.marker = os.path.join(self.tmp, "marker")
+
+    def assert_refused(self, checkpoint, must_mention):
+        out = os.path.join(self.tmp, "out")
+        r = run_export(checkpoint, "--out", out, *self.sizes)
+        self.assertFalse(os.path.exists(self.marker), "the payload ran during the export")
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("export_model.py: error: "), lines[0])
+        self.assertNotIn("Traceback", r.stderr + r.stdout)
+        self.assertIn(checkpoint, lines[0])
+        self.assertIn(must_mention, lines[0])
+        self.assertFalse(os.path.exists(out) and os.listdir(out))
+        return lines[0]
+
+    def assert_payload_works(self, path, call):
+        self.assertFalse(os.path.exists(self.marker))
+        load_in_subprocess(call, path)
+        self.assertTrue(os.path.exists(self.marker), f"{call} of the payload did not write the marker: "
+                                                     "the test would prove nothing")
+
+    def test_torchscript_ckpt(self):
+        evil = os.path.join(self.tmp, "evil.ckpt")
+        payloads.write(self.marker, evil)
+        line = self.assert_refused(evil, "TorchScript")
+        print(f"\n  {line}", file=sys.stderr)
+        self.assert_payload_works(evil, "torch.load")
+
+    def test_torchscript_bin_in_a_diffusers_folder(self):
+        exporter = load_exporter()
+        st = exporter.SafetensorsFile(os.path.join(self.fx, "tiny.safetensors"))
+        sd = {k: st.load(k) for k in list(st.keys())}
+        st.close()
+        ldm = exporter.load_ldm_config(os.path.join(self.fx, "v1-tiny.yaml"))
+        text = exporter.load_text_config(os.path.join(self.fx, "text_encoder.json"))
+        folder = os.path.join(self.tmp, "diffusers")
+        diffusers_writer.write_diffusers(sd, ldm, text, folder, "bin")
+        bin_file = os.path.join(folder, "unet", "diffusion_pytorch_model.bin")
+        self.assertTrue(os.path.isfile(bin_file))
+        payloads.write(self.marker, bin_file)
+        out = os.path.join(self.tmp, "out")
+        r = run_export(folder, "--out", out)
+        self.assertFalse(os.path.exists(self.marker), "the payload ran during the export")
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(bin_file, lines[0])
+        self.assertIn("TorchScript", lines[0])
+        self.assertNotIn("Traceback", r.stderr)
+        self.assert_payload_works(bin_file, "torch.load")
+
+    def test_zip_with_more_than_a_tensor_pickle(self):
+        good = os.path.join(self.tmp, "good.ckpt")
+        torch.save({"state_dict": {"a": torch.zeros(2)}}, good)
+        with zipfile.ZipFile(good) as z:
+            entries = [(i.filename, z.read(i)) for i in z.infolist()]
+        folder = entries[0][0].split("/")[0]
+        for extra in ("constants.pkl", "code/__torch__.py", "extra/notes.txt", "other.pkl", ".data/version"):
+            with self.subTest(extra):
+                path = os.path.join(self.tmp, extra.replace("/", "_") + ".ckpt")
+                with zipfile.ZipFile(path, "w") as z:
+                    for name, data in entries:
+                        z.writestr(name, data)
+                    z.writestr(f"{folder}/{extra}", b"")
+                self.assert_refused(path, extra)
+
+    def test_plain_and_legacy_pickles_still_load(self):
+        exporter = load_exporter()
+        for zip_format in (True, False):
+            with self.subTest(zip_format=zip_format):
+                path = os.path.join(self.tmp, f"plain-{zip_format}.ckpt")
+                torch.save({"state_dict": {"w": torch.ones(3)}}, path, _use_new_zipfile_serialization=zip_format)
+                ckpt = exporter.open_weight_file(path)
+                self.assertEqual(list(ckpt.keys()), ["w"])
+                self.assertEqual(ckpt.shape("w"), (3,))
+
+
+class OperationList(unittest.TestCase):
+    def test_committed_list_is_what_the_export_emits(self):
+        r = subprocess.run([sys.executable, GEN, "--check"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, "src/io/op_allowlist.inc differs from what scripts/gen_op_allowlist.py "
+                         "writes now (run it and commit the file):\n" + r.stderr)
+
+    def test_model_folder_payload_is_outside_the_list(self):
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        import gen_op_allowlist
+        with tempfile.TemporaryDirectory() as tmp:
+            pt = os.path.join(tmp, "unet.pt")
+            payloads.write(os.path.join(tmp, "marker"), pt)
+            names, _ = gen_op_allowlist.names_in_archive(pt)
+        with open(os.path.join(REPO, "src", "io", "op_allowlist.inc"), encoding="utf-8") as f:
+            listed = {line.strip()[1:-2] for line in f if line.startswith('"')}
+        self.assertIn("torch.from_file", names)
+        self.assertNotIn("torch.from_file", listed)
+        self.assertFalse(listed & gen_op_allowlist.NEVER)
+
+
+if __name__ == "__main__":
+    unittest.main()
