@@ -161,31 +161,174 @@ std::optional<int> parse_tiling(const std::string& v) {
     throw sd::Error("--vae-tiling takes auto, on, off or a tile edge of at least 4 latent pixels, not '" + v + "'");
 }
 
-// Predicted vs measured peak per stage of the last batch (stderr).
-void print_memory_summary(const sd::Pipeline& pipeline, const sd::Txt2ImgJob& job) {
-    const auto plan = pipeline.plan(job.settings, job.n_samples);
-    const auto& m = pipeline.measured();
-    std::cerr << plan.describe();
-    const double resident = plan.sequential ? 0 : plan.text.weights + plan.unet.weights + plan.vae.weights;
-    // On a GPU the prediction is of device memory, which RSS does not see.
-    const char* measured_what = pipeline.compute().device == "cpu" ? ", measured " : ", host RSS measured ";
-    auto line = [&](const char* stage, const sd::StagePrediction& s, long long measured, long long kept) {
-        const double predicted = plan.sequential ? s.total(plan.base) : plan.base + resident + s.transient();
-        std::cerr << "  " << stage << " peak: predicted " << sd::format_size(predicted) << " (freed blocks kept "
-                  << sd::format_size(s.kept) << ")" << measured_what << sd::format_size(static_cast<double>(measured))
-                  << " (kept " << sd::format_size(static_cast<double>(kept)) << ")\n";
+// Every flag's raw value; what they mean is decided by the library.
+struct Flags {
+    std::string model_dir = SD_DEFAULT_MODEL_DIR;
+    std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, shard;
+    std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis";
+    bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false;
+    std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
+    std::string precision = "auto", weights = "auto", device = "auto";
+    int batch_size = 0, threads = 0;
+    sd::Txt2ImgJob job;  // the flags that map onto it directly
+};
+
+void add_flags(CLI::App& app, Flags& f) {
+    sd::Txt2ImgJob& job = f.job;
+    app.add_option("--model", f.model_dir, "exported model folder (scripts/export_model.py)");
+    app.add_option("--prompt", f.prompt, "the prompt");
+    app.add_option("--from-file", f.from_file,
+                   "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
+    app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
+    app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
+    app.add_option("--seed", f.seed, "seed, 0 to 18446744073709551615")->capture_default_str();
+    app.add_option("--seed-mode", f.seed_mode,
+                   "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
+        ->capture_default_str();
+    app.add_option("--H", job.settings.height, "image height in pixels (default: the size the model was trained at, else 512)");
+    app.add_option("--W", job.settings.width, "image width in pixels (default: the size the model was trained at, else 512)");
+    app.add_option("--scale", job.settings.scale, "classifier-free guidance scale (default: the model's, else 7.5)");
+    app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
+    app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
+    app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule, "sigmas of the k-diffusion samplers: default or karras")->capture_default_str();
+    app.add_flag("--plms", f.plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
+    app.add_option("--outdir", f.outdir, "output folder")->capture_default_str();
+    app.add_option("--name", job.name_pattern,
+                   "file name pattern with {index} {seed} {prompt} (default: 00000.png, ... after existing files)");
+    app.add_flag("--grid", job.grid, "also write a grid of the run's images (grid-0000.png)");
+    app.add_flag("--skip-existing", job.skip_existing, "resume: leave images whose file exists (needs --seed-mode per-image)");
+    app.add_option("--shard", f.shard, "K/N: only prompts number p with p % N == K (needs --seed-mode per-image)");
+    app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
+    app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
+    // Memory: see README "Memory". Unset choices are left to the planner.
+    app.add_option("--attention", f.attention, "auto, full, per-head or chunked[:N]")->capture_default_str();
+    app.add_option("--max-memory", f.max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
+    app.add_option("--sequential-load", f.sequential_load, "auto, on (one stage in memory at a time) or off")->capture_default_str();
+    app.add_option("--batch-size", f.batch_size, "images per UNet pass (default: the planner decides)");
+    app.add_option("--vae-tiling", f.vae_tiling, "auto, on, off, or a tile edge in latent pixels")->capture_default_str();
+    app.add_option("--device", f.device, "auto (cuda if available), cpu, cuda or cuda:N")->capture_default_str();
+    app.add_option("--precision", f.precision, "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
+        ->capture_default_str();
+    app.add_option("--weights", f.weights, "how the UNet and VAE weights are held: auto (as computed), fp32 or fp16")
+        ->capture_default_str();
+    app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
+    app.add_flag("--verbose", f.verbose, "after the run, print predicted vs measured peak memory per stage and load times");
+    app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
+    app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
+    app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
+}
+
+// The prompts of --prompt or --from-file into the job.
+void read_prompts(const CLI::App& app, Flags& f) {
+    sd::Txt2ImgJob& job = f.job;
+    const bool have_prompt = app.count("--prompt") > 0;
+    if (have_prompt && !f.from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
+    if (!f.from_file.empty()) {
+        job.prompts = sd::read_prompt_file(f.from_file);
+        job.from_file = true;
+    } else if (have_prompt) {
+        sd::check_prompt_text(f.prompt, "--prompt");
+        sd::PromptLine line;
+        line.prompt = f.prompt;
+        job.prompts.push_back(line);
+    } else {
+        throw sd::Error("no prompt given (use --prompt \"...\" or --from-file FILE)");
+    }
+    sd::check_prompt_text(job.negative_prompt, "--negative-prompt");
+}
+
+// --tokenize: the model's tokenizer and window, or without --model CLIP's own
+// files with SD 1.x's window (ModelConfig's defaults).
+void print_token_ids(const CLI::App& app, const Flags& f) {
+    std::vector<std::string> texts;
+    for (const auto& p : f.job.prompts) texts.push_back(p.prompt);
+    sd::ModelConfig cfg;
+    if (app.count("--model")) {
+        cfg = sd::load_model_config(f.model_dir);
+    } else {
+        cfg.vocab_path = std::string(SD_DEFAULT_CLIP_DIR) + "/vocab.json";
+        cfg.merges_path = std::string(SD_DEFAULT_CLIP_DIR) + "/merges.txt";
+    }
+    print_tokens(sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path), texts, cfg);
+}
+
+// The run's settings from the flags, checked before any model loads.
+void settle_job(const CLI::App& app, Flags& f) {
+    sd::Txt2ImgJob& job = f.job;
+    job.settings.sampler = f.plms ? sd::default_sampler() : f.sampler;
+    job.seed = sd::parse_seed("--seed", f.seed);
+    check_numeric_flags(app, job, f.batch_size, f.threads);
+    if (f.seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
+    else if (f.seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
+    else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + f.seed_mode + "\"");
+    if (!f.shard.empty()) job.shard = parse_shard(f.shard);
+    job.outdir = f.outdir;
+    job.save_latents = f.save_latents;
+    sd::check_job(job);
+}
+
+sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
+    sd::PipelineOptions o;
+    o.model_dir = f.model_dir;
+    o.attention = f.attention;
+    o.threads = f.threads;
+    o.device = f.device;
+    o.precision = f.precision;
+    o.weights = f.weights;
+    o.measure_stages = f.verbose;
+    if (!f.max_memory.empty()) o.max_memory = sd::parse_size(f.max_memory);
+    o.sequential = parse_switch("--sequential-load", f.sequential_load);
+    o.vae_tile = parse_tiling(f.vae_tiling);
+    if (app.count("--batch-size")) o.batch_size = f.batch_size;
+    return o;
+}
+
+// Unset sizes: the size the model was trained at (a 64x64 demo model, SD 1.x 512);
+// unset scale: the one its export recorded (the demo model's, models/demo/README.md).
+void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags& f) {
+    sd::Txt2ImgJob& job = f.job;
+    if (const int native = pipeline.config().image_size; native > 0) {
+        if (!app.count("--H")) job.settings.height = native;
+        if (!app.count("--W")) job.settings.width = native;
+    }
+    if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
+    job.model_name = model_name(pipeline.config(), f.model_dir);
+}
+
+// The run itself: images to stdout as they are written, progress and notes to stderr.
+int generate(sd::Pipeline& pipeline, const Flags& f, sd::ProgressDisplay& progress, int& written) {
+    const sd::Txt2ImgJob& job = f.job;
+    if (pipeline.compute().device == "cpu" && pipeline.compute().precision == "bf16")
+        std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
+                  << std::endl;
+    sd::Txt2ImgEvents events;
+    events.image_written = [&](const sd::ImageRecord& r) {
+        progress.clear();
+        ++written;  // the image is on disk whatever happens to its line
+        print_data_line(f.json ? image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : r.path);
     };
-    line("text encoder", plan.text, m.text, m.text_kept);
-    line("unet        ", plan.unet, m.unet, m.unet_kept);
-    line("vae decoder ", plan.vae, m.vae, m.vae_kept);
-    const auto& t = pipeline.timings();
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded in "
-                  "%.2f s, start to first step %.2f s\n",
-                  t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step);
-    std::cerr << "sd-txt2img: " << buf;
-    std::cerr << "sd-txt2img: allocator: " << m.reused_blocks << " of " << m.large_blocks << " large blocks reused\n";
+    events.progress = [&](const sd::ProgressInfo& p) { progress.update(p); };
+    events.note = [&](const std::string& text) {
+        if (f.quiet) return;
+        progress.clear();
+        std::cerr << "sd-txt2img: " << text << std::endl;
+    };
+    events.stop_requested = [] { return g_stop != 0; };
+    g_bar_on_stderr = progress.mode() == sd::ProgressDisplay::Mode::bar;
+    install_stop_handlers();
+
+    const auto result = sd::run_txt2img(pipeline, job, events);
+    progress.clear();
+    if (f.verbose)
+        std::cerr << sd::measurement_report(pipeline.plan(job.settings, job.n_samples), pipeline.measured(),
+                                            pipeline.timings(), pipeline.compute().device != "cpu");
+    if (!result.interrupted) return 0;
+    std::cerr << "sd-txt2img: interrupted: " << written << " of " << result.planned << " images written"
+              << (job.skip_existing || job.seed_mode == sd::SeedMode::per_image ? "; run again with --skip-existing to finish"
+                                                                               : "")
+              << std::endl;
+    return kExitInterrupted;
 }
 
 }  // namespace
@@ -195,61 +338,8 @@ int main(int argc, char** argv) {
     CLI::App app{"sd-txt2img: Stable Diffusion text to image on a modest machine"};
     // A flag given twice takes its last value, as shell users expect when appending to a command.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    std::string model_dir = SD_DEFAULT_MODEL_DIR;
-    std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, attention = "auto";
-    std::string sampler = sd::default_sampler(), seed_mode = "compvis", shard;
-    sd::Txt2ImgJob job;
-    bool plms = false, tokenize = false, quiet = false, json = false;
-    int threads = 0;
-    std::string seed = "42";
-
-    // ---- flags (all in this block) ----
-    app.add_option("--model", model_dir, "exported model folder (scripts/export_model.py)");
-    app.add_option("--prompt", prompt, "the prompt");
-    app.add_option("--from-file", from_file,
-                   "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
-    app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
-    app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
-    app.add_option("--seed", seed, "seed, 0 to 18446744073709551615")->capture_default_str();
-    app.add_option("--seed-mode", seed_mode,
-                   "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
-        ->capture_default_str();
-    app.add_option("--H", job.settings.height, "image height in pixels (default: the size the model was trained at, else 512)");
-    app.add_option("--W", job.settings.width, "image width in pixels (default: the size the model was trained at, else 512)");
-    app.add_option("--scale", job.settings.scale, "classifier-free guidance scale (default: the model's, else 7.5)");
-    app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
-    app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
-    app.add_option("--sampler", sampler, sd::sampler_choices())->capture_default_str();
-    app.add_option("--schedule", job.settings.schedule, "sigmas of the k-diffusion samplers: default or karras")->capture_default_str();
-    app.add_flag("--plms", plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
-    app.add_option("--outdir", outdir, "output folder")->capture_default_str();
-    app.add_option("--name", job.name_pattern,
-                   "file name pattern with {index} {seed} {prompt} (default: 00000.png, ... after existing files)");
-    app.add_flag("--grid", job.grid, "also write a grid of the run's images (grid-0000.png)");
-    app.add_flag("--skip-existing", job.skip_existing, "resume: leave images whose file exists (needs --seed-mode per-image)");
-    app.add_option("--shard", shard, "K/N: only prompts number p with p % N == K (needs --seed-mode per-image)");
-    app.add_flag("--json", json, "print one JSON object per image instead of its path");
-    app.add_option("--save-latents", save_latents, "write the run's final latents to this .npy file");
-    // Memory: see README "Memory". Unset choices are left to the planner.
-    std::string max_memory, sequential_load = "auto", vae_tiling = "auto", precision = "auto", weights = "auto", device = "auto";
-    int batch_size = 0;
-    bool show_plan = false, verbose = false;
-    app.add_option("--attention", attention, "auto, full, per-head or chunked[:N]")->capture_default_str();
-    app.add_option("--max-memory", max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
-    app.add_option("--sequential-load", sequential_load, "auto, on (one stage in memory at a time) or off")->capture_default_str();
-    app.add_option("--batch-size", batch_size, "images per UNet pass (default: the planner decides)");
-    app.add_option("--vae-tiling", vae_tiling, "auto, on, off, or a tile edge in latent pixels")->capture_default_str();
-    app.add_option("--device", device, "auto (cuda if available), cpu, cuda or cuda:N")->capture_default_str();
-    app.add_option("--precision", precision, "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
-        ->capture_default_str();
-    app.add_option("--weights", weights, "how the UNet and VAE weights are held: auto (as computed), fp32 or fp16")
-        ->capture_default_str();
-    app.add_flag("--plan", show_plan, "print the memory plan (predicted peak of each stage) and exit");
-    app.add_flag("--verbose", verbose, "after the run, print predicted vs measured peak memory per stage and load times");
-    app.add_option("--threads", threads, "CPU threads (0: one per core)")->capture_default_str();
-    app.add_flag("--tokenize", tokenize, "print each prompt's 77 token ids as a JSON array and exit");
-    app.add_flag("--quiet,-q", quiet, "no progress on stderr");
-
+    Flags f;
+    add_flags(app, f);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -260,118 +350,31 @@ int main(int argc, char** argv) {
         return fail(1, e.what());
     }
 
-    sd::ProgressDisplay progress(sd::ProgressDisplay::detect(quiet));
+    sd::ProgressDisplay progress(sd::ProgressDisplay::detect(f.quiet));
     int written = 0;
     try {
-        const bool have_prompt = app.count("--prompt") > 0;
-        if (have_prompt && !from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
-        if (!from_file.empty()) {
-            job.prompts = sd::read_prompt_file(from_file);
-            job.from_file = true;
-        } else if (have_prompt) {
-            sd::check_prompt_text(prompt, "--prompt");
-            sd::PromptLine line;
-            line.prompt = prompt;
-            job.prompts.push_back(line);
-        } else {
-            throw sd::Error("no prompt given (use --prompt \"...\" or --from-file FILE)");
-        }
-        sd::check_prompt_text(job.negative_prompt, "--negative-prompt");
-
-        if (tokenize) {
-            std::vector<std::string> texts;
-            for (const auto& p : job.prompts) texts.push_back(p.prompt);
-            // Without --model: CLIP's own files, with SD 1.x's window (ModelConfig's defaults).
-            sd::ModelConfig cfg;
-            if (app.count("--model")) {
-                cfg = sd::load_model_config(model_dir);
-            } else {
-                cfg.vocab_path = std::string(SD_DEFAULT_CLIP_DIR) + "/vocab.json";
-                cfg.merges_path = std::string(SD_DEFAULT_CLIP_DIR) + "/merges.txt";
-            }
-            print_tokens(sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path), texts, cfg);
+        read_prompts(app, f);
+        if (f.tokenize) {
+            print_token_ids(app, f);
             return 0;
         }
-
-        if (plms) sampler = sd::default_sampler();
-        job.settings.sampler = sampler;
-        job.seed = sd::parse_seed("--seed", seed);
-        check_numeric_flags(app, job, batch_size, threads);
-        if (seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
-        else if (seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
-        else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + seed_mode + "\"");
-        if (!shard.empty()) job.shard = parse_shard(shard);
-        job.outdir = outdir;
-        job.save_latents = save_latents;
-        sd::check_job(job);  // option conflicts are reported before the model loads
-
-        sd::PipelineOptions options;
-        options.model_dir = model_dir;
-        options.attention = attention;
-        options.threads = threads;
-        options.device = device;
-        options.precision = precision;
-        options.weights = weights;
-        options.measure_stages = verbose;
-        if (!max_memory.empty()) options.max_memory = sd::parse_size(max_memory);
-        options.sequential = parse_switch("--sequential-load", sequential_load);
-        options.vae_tile = parse_tiling(vae_tiling);
-        if (app.count("--batch-size")) options.batch_size = batch_size;
-        const auto loaded = sd::load_pipeline(options);
-        sd::Pipeline& pipeline = *loaded;
-        // Unset sizes: the size the model was trained at (a 64x64 demo model, SD 1.x 512);
-        // unset scale: the one its export recorded (the demo model's, models/demo/README.md).
-        if (const int native = pipeline.config().image_size; native > 0) {
-            if (!app.count("--H")) job.settings.height = native;
-            if (!app.count("--W")) job.settings.width = native;
-        }
-        if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
-        if (show_plan) {
-            pipeline.check(job.settings);
-            std::string plan_text = pipeline.plan(job.settings, job.n_samples).describe();
+        settle_job(app, f);  // option conflicts are reported before the model loads
+        const auto pipeline = sd::load_pipeline(pipeline_options(app, f));
+        use_model_defaults(app, *pipeline, f);
+        if (f.show_plan) {
+            pipeline->check(f.job.settings);
+            std::string plan_text = pipeline->plan(f.job.settings, f.job.n_samples).describe();
             if (!plan_text.empty() && plan_text.back() == '\n') plan_text.pop_back();
             print_data_line(plan_text);
             return 0;
         }
-        job.model_name = model_name(pipeline.config(), model_dir);
-        if (pipeline.compute().device == "cpu" && pipeline.compute().precision == "bf16")
-            std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
-                      << std::endl;
-
-        sd::Txt2ImgEvents events;
-        events.image_written = [&](const sd::ImageRecord& r) {
-            progress.clear();
-            ++written;  // the image is on disk whatever happens to its line
-            print_data_line(json ? image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : r.path);
-        };
-        events.progress = [&](const sd::ProgressInfo& p) { progress.update(p); };
-        events.note = [&](const std::string& text) {
-            if (quiet) return;
-            progress.clear();
-            std::cerr << "sd-txt2img: " << text << std::endl;
-        };
-        events.stop_requested = [] { return g_stop != 0; };
-        g_bar_on_stderr = progress.mode() == sd::ProgressDisplay::Mode::bar;
-        install_stop_handlers();
-
-        const auto result = sd::run_txt2img(pipeline, job, events);
-        progress.clear();
-        if (verbose) print_memory_summary(pipeline, job);
-        if (result.interrupted) {
-            std::cerr << "sd-txt2img: interrupted: " << written << " of " << result.planned << " images written"
-                      << (job.skip_existing || job.seed_mode == sd::SeedMode::per_image
-                              ? "; run again with --skip-existing to finish"
-                              : "")
-                      << std::endl;
-            return kExitInterrupted;
-        }
-        return 0;
+        return generate(*pipeline, f, progress, written);
     } catch (const sd::Error& e) {
         progress.clear();
         return fail(1, e.what());
     } catch (const std::exception& e) {
         progress.clear();
-        int code = fail(2, e.what());
+        const int code = fail(2, e.what());
         if (written > 0)
             std::cerr << "sd-txt2img: " << written << (written == 1 ? " image was" : " images were")
                       << " written before the failure and " << (written == 1 ? "is" : "are") << " whole\n";

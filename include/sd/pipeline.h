@@ -109,6 +109,11 @@ public:
                                  const ProgressFn& progress = nullptr) = 0;
 };
 
+// The --verbose report (stderr lines): the plan, then predicted against
+// measured peak of each stage, load times and the allocator's block reuse.
+// On a GPU the prediction is of device memory, which host RSS does not see.
+std::string measurement_report(const MemoryPlan& plan, const StagePeaks& measured, const StageTimes& times, bool on_gpu);
+
 // Reads model.json, checks every stage's files from their headers and loads
 // the tokenizer; the TorchScript stages load on first use. Throws sd::Error.
 // Defined on the LibTorch side.

@@ -48,10 +48,10 @@ int next_image_number(const std::string& dir) {
     return next;
 }
 
-Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events) {
-    const RunPlan plan = plan_run(job);
-    const bool per_image = job.seed_mode == SeedMode::per_image;
-    // Every setting must suit the model before anything runs; a file's line says which one does not.
+namespace {
+
+// Every setting must suit the model before anything runs; a file's line says which one does not.
+void check_before_running(const Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan) {
     for (const auto& item : plan.items) {
         try {
             pipeline.check(item.settings);
@@ -62,13 +62,10 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
     }
     ensure_writable_dir(job.outdir);
     if (!job.save_latents.empty()) check_new_file_path(job.save_latents, "--save-latents");
-    auto stop = [&] { return events.stop_requested && events.stop_requested(); };
-    auto note = [&](const std::string& s) {
-        if (events.note) events.note(s);
-    };
+}
 
-    // This shard's images, less those already there when resuming.
-    Txt2ImgResult result;
+// This shard's images, less those already there when resuming (counted in `skipped`).
+std::vector<PlannedBatch> select_work(const Txt2ImgJob& job, const RunPlan& plan, int& skipped) {
     std::vector<PlannedBatch> todo;
     for (const auto& b : plan.batches) {
         PlannedBatch keep;
@@ -78,144 +75,200 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
                 if (!job.skip_existing)
                     throw Error(join_path(job.outdir, img.name) +
                                 " already exists (--skip-existing resumes a run; or choose another --outdir or --name)");
-                ++result.skipped;
+                ++skipped;
                 continue;
             }
             keep.images.push_back(img);
         }
         if (!keep.images.empty()) todo.push_back(std::move(keep));
     }
-    if (result.skipped > 0)
-        note("skipping " + std::to_string(result.skipped) + " image" + (result.skipped == 1 ? "" : "s") +
-             " that already exist in " + job.outdir);
+    return todo;
+}
 
-    const int timesteps = static_cast<int>(pipeline.config().alphas_cumprod.size());
-    auto steps_run = [&](const GenerateSettings& s) { return sampler_step_count(s.sampler, s.steps, timesteps); };
-    int64_t total_units = 0;  // image-steps, for the ETA
-    for (const auto& b : todo) {
-        result.planned += static_cast<int>(b.images.size());
-        total_units += static_cast<int64_t>(b.images.size()) * steps_run(plan.items[b.images[0].item].settings);
+// Progress over the whole run in image-steps (the steps each sampler really
+// runs), and the ETA from the time its steps took so far.
+class RunClock {
+public:
+    RunClock(const RunPlan& plan, const std::vector<PlannedBatch>& todo, int timesteps) : plan_(plan), timesteps_(timesteps) {
+        for (const auto& b : todo) {
+            images_ += static_cast<int>(b.images.size());
+            total_units_ += static_cast<int64_t>(b.images.size()) * steps_of(b);
+        }
+    }
+    int images() const { return images_; }
+
+    void start_batch(const PlannedBatch& b) {
+        n_ = static_cast<int>(b.images.size());
+        batch_start_ = last_ = Clock::now();
+        units_before_ = done_units_;
+        steps_ = steps_of(b);
     }
 
-    if (!per_image) pipeline.seed(job.seed);
-    int next_number = next_image_number(job.outdir);
-    int64_t done_units = 0;
-    double step_seconds = 0;  // time spent in sampler steps so far
-    int images_done = 0;
-    std::vector<float> all_latents;
+    // After a sampler step: the report for it.
+    ProgressInfo step(int step, int steps) {
+        const auto now = Clock::now();
+        const double dt = std::chrono::duration<double>(now - last_).count();
+        last_ = now;
+        step_seconds_ += dt;
+        done_units_ += n_;
+        ProgressInfo info;
+        info.first_image = images_done_ + 1;
+        info.batch_images = n_;
+        info.total_images = images_;
+        info.step = step;
+        info.steps = steps;
+        info.seconds_per_step = dt;
+        info.eta_seconds = step_seconds_ / static_cast<double>(done_units_) * static_cast<double>(total_units_ - done_units_);
+        return info;
+    }
+
+    // After the batch: each image's share of its time.
+    double end_batch() {
+        done_units_ = units_before_ + static_cast<int64_t>(n_) * steps_;
+        images_done_ += n_;
+        return std::chrono::duration<double>(Clock::now() - batch_start_).count() / n_;
+    }
+
+private:
+    int steps_of(const PlannedBatch& b) const {
+        const GenerateSettings& s = plan_.items[b.images[0].item].settings;
+        return sampler_step_count(s.sampler, s.steps, timesteps_);
+    }
+
+    const RunPlan& plan_;
+    int timesteps_;
+    int images_ = 0, images_done_ = 0, n_ = 0, steps_ = 0;
+    int64_t total_units_ = 0, done_units_ = 0, units_before_ = 0;
+    double step_seconds_ = 0;  // time spent in sampler steps so far
+    Clock::time_point batch_start_, last_;
+};
+
+// Writes one batch's images: under their fixed names, or the next free
+// CompVis numbers (link() never replaces a file). Reports each written one.
+void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out,
+                 double seconds, int& next_number, const Txt2ImgEvents& events, Txt2ImgResult& result) {
+    for (size_t k = 0; k < batch.images.size(); ++k) {
+        const PlannedImage& img = batch.images[k];
+        ImageRecord rec;
+        rec.item = &plan.items[img.item];
+        rec.index = img.index;
+        rec.seed = img.seed;
+        rec.seed_mode = job.seed_mode;
+        rec.model = job.model_name;
+        rec.seconds = seconds;
+        rec.parameters = parameters_text(*rec.item, img.seed, job.seed_mode, img.index, job.model_name);
+        try {
+            if (!img.name.empty()) {
+                rec.path = join_path(job.outdir, img.name);
+                if (!save_png_new(rec.path, out.images[k], rec.parameters)) {
+                    // Another process (a shard sharing the folder) made it meanwhile.
+                    if (!job.skip_existing) throw RunFailure(rec.path + " appeared while running; not replaced");
+                    if (events.note) events.note(rec.path + " appeared while running; kept it");
+                    continue;
+                }
+            } else {
+                for (;;) {
+                    char name[32];
+                    std::snprintf(name, sizeof name, "%05d.png", next_number++);
+                    rec.path = join_path(job.outdir, name);
+                    if (save_png_new(rec.path, out.images[k], rec.parameters)) break;
+                }
+            }
+        } catch (const Error& e) {
+            throw RunFailure(e.what());
+        }
+        result.written.push_back(rec.path);
+        if (events.image_written) events.image_written(rec);
+    }
+}
+
+// What a whole run writes besides its images: the latents and the grid.
+struct Extras {
+    std::vector<float> latents;
     std::vector<int64_t> latent_shape;
     std::vector<Image> grid_images;
 
-    for (const auto& batch : todo) {
-        if (stop()) {
-            result.interrupted = true;
-            break;
-        }
-        const PromptItem& first = plan.items[batch.images[0].item];
-        std::vector<std::string> prompts;
-        for (const auto& img : batch.images) prompts.push_back(plan.items[img.item].prompt);
-        const int n = static_cast<int>(prompts.size());
-        if (per_image) pipeline.seed(batch.images[0].seed);
-
-        const auto start = Clock::now();
-        auto last = start;
-        const int64_t units_before = done_units;
-        ProgressFn progress = [&](int step, int steps) {
-            const auto now = Clock::now();
-            const double dt = std::chrono::duration<double>(now - last).count();
-            last = now;
-            step_seconds += dt;
-            done_units += n;
-            if (events.progress) {
-                ProgressInfo info;
-                info.first_image = images_done + 1;
-                info.batch_images = n;
-                info.total_images = result.planned;
-                info.step = step;
-                info.steps = steps;
-                info.seconds_per_step = dt;
-                info.eta_seconds = step_seconds / static_cast<double>(done_units) * static_cast<double>(total_units - done_units);
-                events.progress(info);
-            }
-            if (stop()) throw Interrupted{};
-        };
-        BatchOutput out;
-        try {
-            out = pipeline.generate(prompts, first.settings, progress);
-        } catch (const Interrupted&) {
-            result.interrupted = true;
-            break;
-        }
-        const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / n;
-        done_units = units_before + static_cast<int64_t>(n) * steps_run(first.settings);
-
-        for (int k = 0; k < n; ++k) {
-            const PlannedImage& img = batch.images[k];
-            ImageRecord rec;
-            rec.item = &plan.items[img.item];
-            rec.index = img.index;
-            rec.seed = img.seed;
-            rec.seed_mode = job.seed_mode;
-            rec.model = job.model_name;
-            rec.seconds = seconds;
-            rec.parameters = parameters_text(*rec.item, img.seed, job.seed_mode, img.index, job.model_name);
-            try {
-                if (!img.name.empty()) {
-                    rec.path = join_path(job.outdir, img.name);
-                    if (!save_png_new(rec.path, out.images[k], rec.parameters)) {
-                        // Another process (a shard sharing the folder) made it meanwhile.
-                        if (!job.skip_existing) throw RunFailure(rec.path + " appeared while running; not replaced");
-                        note(rec.path + " appeared while running; kept it");
-                        continue;
-                    }
-                } else {
-                    // CompVis numbering: the next free number; link() never replaces a file.
-                    for (;;) {
-                        char name[32];
-                        std::snprintf(name, sizeof name, "%05d.png", next_number++);
-                        rec.path = join_path(job.outdir, name);
-                        if (save_png_new(rec.path, out.images[k], rec.parameters)) break;
-                    }
-                }
-            } catch (const Error& e) {
-                throw RunFailure(e.what());
-            }
-            result.written.push_back(rec.path);
-            if (events.image_written) events.image_written(rec);
-        }
-        images_done += n;
+    void add(const Txt2ImgJob& job, const BatchOutput& out) {
         if (!job.save_latents.empty()) {
-            all_latents.insert(all_latents.end(), out.latents.begin(), out.latents.end());
+            latents.insert(latents.end(), out.latents.begin(), out.latents.end());
             if (latent_shape.empty()) latent_shape = out.latent_shape;
             else latent_shape[0] += out.latent_shape[0];
         }
         if (job.grid) grid_images.insert(grid_images.end(), out.images.begin(), out.images.end());
     }
-    // An interrupted run leaves only whole images; the latents and the grid would be partial.
-    if (result.interrupted) return result;
 
-    try {
-        if (!job.save_latents.empty() && !all_latents.empty())
-            write_npy(job.save_latents, "<f4", latent_shape, all_latents.data(), all_latents.size() * sizeof(float));
-        if (job.grid && !grid_images.empty()) {
-            bool same_size = std::all_of(grid_images.begin(), grid_images.end(), [&](const Image& im) {
-                return im.width == grid_images[0].width && im.height == grid_images[0].height;
-            });
-            if (!same_size) {
-                note("no grid: the images differ in size");
-            } else {
-                const Image grid = make_grid(grid_images, job.n_samples);
-                for (int g = next_grid_number(job.outdir);; ++g) {
-                    char name[32];
-                    std::snprintf(name, sizeof name, "grid-%04d.png", g);
-                    const std::string path = join_path(job.outdir, name);
-                    if (save_png_new(path, grid)) {
-                        note("grid: " + path);
-                        break;
-                    }
-                }
+    void write(const Txt2ImgJob& job, const Txt2ImgEvents& events) const {
+        if (!job.save_latents.empty() && !latents.empty())
+            write_npy(job.save_latents, "<f4", latent_shape, latents.data(), latents.size() * sizeof(float));
+        if (!job.grid || grid_images.empty()) return;
+        const bool same_size = std::all_of(grid_images.begin(), grid_images.end(), [&](const Image& im) {
+            return im.width == grid_images[0].width && im.height == grid_images[0].height;
+        });
+        if (!same_size) {
+            if (events.note) events.note("no grid: the images differ in size");
+            return;
+        }
+        const Image grid = make_grid(grid_images, job.n_samples);
+        for (int g = next_grid_number(job.outdir);; ++g) {
+            char name[32];
+            std::snprintf(name, sizeof name, "grid-%04d.png", g);
+            const std::string path = join_path(job.outdir, name);
+            if (save_png_new(path, grid)) {
+                if (events.note) events.note("grid: " + path);
+                return;
             }
         }
+    }
+};
+
+}  // namespace
+
+Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events) {
+    const RunPlan plan = plan_run(job);
+    check_before_running(pipeline, job, plan);
+    auto stop = [&] { return events.stop_requested && events.stop_requested(); };
+
+    Txt2ImgResult result;
+    const std::vector<PlannedBatch> todo = select_work(job, plan, result.skipped);
+    if (result.skipped > 0 && events.note)
+        events.note("skipping " + std::to_string(result.skipped) + " image" + (result.skipped == 1 ? "" : "s") +
+                    " that already exist in " + job.outdir);
+    RunClock clock(plan, todo, static_cast<int>(pipeline.config().alphas_cumprod.size()));
+    result.planned = clock.images();
+
+    const bool per_image = job.seed_mode == SeedMode::per_image;
+    if (!per_image) pipeline.seed(job.seed);
+    int next_number = next_image_number(job.outdir);
+    Extras extras;
+    for (const auto& batch : todo) {
+        if (stop()) {
+            result.interrupted = true;
+            break;
+        }
+        std::vector<std::string> prompts;
+        for (const auto& img : batch.images) prompts.push_back(plan.items[img.item].prompt);
+        if (per_image) pipeline.seed(batch.images[0].seed);
+        clock.start_batch(batch);
+        const ProgressFn progress = [&](int step, int steps) {
+            const ProgressInfo info = clock.step(step, steps);
+            if (events.progress) events.progress(info);
+            if (stop()) throw Interrupted{};
+        };
+        BatchOutput out;
+        try {
+            out = pipeline.generate(prompts, plan.items[batch.images[0].item].settings, progress);
+        } catch (const Interrupted&) {
+            result.interrupted = true;
+            break;
+        }
+        const double seconds = clock.end_batch();
+        write_batch(job, plan, batch, out, seconds, next_number, events, result);
+        extras.add(job, out);
+    }
+    // An interrupted run leaves only whole images; the latents and the grid would be partial.
+    if (result.interrupted) return result;
+    try {
+        extras.write(job, events);
     } catch (const Error& e) {
         throw RunFailure(e.what());
     }

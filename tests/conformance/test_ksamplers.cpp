@@ -92,21 +92,13 @@ void replay(const std::string& c, sd::Parameterization p) {
     auto noise = load(c, "start_noise.npy");
     const int64_t n = noise.size(0);
     const double scale = a["scale"].get<double>();
-    int64_t k = 0;
+    sdtest::ReplayedUnet unet{xs, ts, outs, n, scale, c};
     sd::ModelFn model = [&](const at::Tensor& x, const at::Tensor& t) {
-        EXPECT_LT(k, xs.size(0));
-        EXPECT_LE(sdtest::max_abs_diff(x, xs[k].slice(0, 0, n)), 1e-4 * rel_max(xs[k]) + 1e-6) << c << " call " << k;
-        EXPECT_LE(sdtest::max_abs_diff(t, ts[k].slice(0, 0, n)), 1e-4) << c << " call " << k;
-        auto parts = outs[k].chunk(2);
-        auto eps = parts[0] + scale * (parts[1] - parts[0]);
-        if (p == sd::Parameterization::Eps) {
-            ++k;
-            return eps;
-        }
+        auto eps = unet(x, t);
+        if (p == sd::Parameterization::Eps) return eps;
         // The v a v model would give here: v = (eps - sqrt(1 - a) x) / sqrt(a), a = 1 / (1 + sigma^2).
-        const double sigma = den_sigma[k][0].item<double>();
+        const double sigma = den_sigma[unet.calls - 1][0].item<double>();
         const double a_bar = 1.0 / (1.0 + sigma * sigma);
-        ++k;
         return (eps.to(at::kDouble) - std::sqrt(1 - a_bar) * x.to(at::kDouble)).div(std::sqrt(a_bar)).to(at::kFloat);
     };
     const double tol = 1e-4 * rel_max(steps_x);
@@ -121,7 +113,7 @@ void replay(const std::string& c, sd::Parameterization p) {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(a["seed"].get<uint64_t>());
     auto start = at::randn(noise.sizes(), gen);
     auto out = sd::sample(s, model, start, ac, gen, on_step);
-    EXPECT_EQ(k, xs.size(0)) << c << ": number of UNet calls";
+    EXPECT_EQ(unet.calls, xs.size(0)) << c << ": number of UNet calls";
     EXPECT_LE(sdtest::max_abs_diff(out, latents), 1e-4 * rel_max(latents)) << c;
     // The sampler drew exactly the reference's number of tensors: the next draw
     // (the next batch's start noise) is the reference's next one.

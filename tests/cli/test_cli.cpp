@@ -22,102 +22,6 @@
 using nlohmann::json;
 using sdtest::run;
 
-namespace {
-
-std::string case_dir(const std::string& name) { return sdtest::fixtures() + "/tiny/cases/" + name; }
-
-json read_json(const std::string& path) { return json::parse(sdtest::read_text(path)); }
-
-// The CLI arguments equivalent to a reference case's args.json.
-std::vector<std::string> case_args(const json& a, const std::string& model, const std::string& outdir) {
-    std::vector<std::string> v = {sdtest::cli(), "--model", model, "--outdir", outdir, "--quiet",
-                                  "--seed", std::to_string(a["seed"].get<long long>()),
-                                  "--H", std::to_string(a["H"].get<int>()), "--W", std::to_string(a["W"].get<int>()),
-                                  "--steps", std::to_string(a["steps_requested"].get<int>()),
-                                  "--sampler", a["sampler"].get<std::string>(),
-                                  "--scale", std::to_string(a["scale"].get<double>()),
-                                  "--n_samples", std::to_string(a["n_samples"].get<int>())};
-    const auto& prompts = a["prompts"];
-    bool same = true;
-    for (const auto& p : prompts) same = same && p == prompts[0];
-    if (same) {
-        v.insert(v.end(), {"--prompt", prompts[0].get<std::string>()});
-    } else {
-        std::string file = outdir + "-prompts.jsonl", text;
-        for (const auto& p : prompts) text += json{{"prompt", p}}.dump() + "\n";
-        sdtest::write_text(file, text);
-        v.insert(v.end(), {"--from-file", file});
-    }
-    return v;
-}
-
-struct Conformance : ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
-
-// Runs a reference case through the CLI and checks latents and images against the README's criteria.
-void check_case(const std::string& name, const std::string& model, const std::vector<std::string>& extra) {
-    const json a = read_json(case_dir(name) + "/args.json");
-    const std::string out = sdtest::temp_dir();
-    auto args = case_args(a, sdtest::test_models() + "/" + model, out + "/img");
-    args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
-    args.insert(args.end(), extra.begin(), extra.end());
-    auto r = run(args);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-
-    auto ref = sd::read_npy(case_dir(name) + "/latents.npy");
-    auto got = sd::read_npy(out + "/latents.npy");
-    ASSERT_EQ(got.shape, ref.shape);
-    double ref_max = 0, diff = 0;
-    for (int64_t i = 0; i < ref.numel(); ++i) {
-        ref_max = std::max(ref_max, std::fabs(double(ref.as<float>()[i])));
-        diff = std::max(diff, std::fabs(double(ref.as<float>()[i]) - got.as<float>()[i]));
-    }
-    EXPECT_LE(diff, 1e-4 * ref_max) << "latents max abs diff " << diff << " (max |ref| " << ref_max << ")";
-
-    auto paths = sdtest::lines(r.out);
-    auto image = sd::read_npy(case_dir(name) + "/image.npy");  // [n, H, W, 3] uint8
-    ASSERT_EQ(static_cast<int64_t>(paths.size()), image.shape[0]) << r.out;
-    const int64_t per = image.numel() / image.shape[0];
-    for (size_t i = 0; i < paths.size(); ++i) {
-        auto img = sd::read_png(paths[i]);
-        ASSERT_EQ(img.height, image.shape[1]);
-        ASSERT_EQ(img.width, image.shape[2]);
-        int max_diff = 0;
-        int64_t differing = 0;
-        for (int64_t k = 0; k < per; ++k) {
-            int d = std::abs(int(img.rgb[k]) - int(image.as<uint8_t>()[i * per + k]));
-            max_diff = std::max(max_diff, d);
-            differing += d > 0;
-        }
-        EXPECT_LE(max_diff, 1) << paths[i];
-        EXPECT_LE(differing, per / 1000) << paths[i];
-    }
-}
-
-}  // namespace
-
-// Each reference case, through the CLI, for both exports and both attention strategies.
-// One thread: ctest runs two tests at a time on this two-core machine.
-TEST_P(Conformance, MatchesReferenceRun) {
-    const auto& [name, model, attention] = GetParam();
-    check_case(name, model, {"--attention", attention, "--threads", "1"});
-}
-
-// Two threads change the summation order; the fixtures' tolerance covers it.
-TEST(ConformanceThreads, TwoThreadsAndChunkedAttention) {
-    check_case("p4_plms10_batch2_64x64", "tiny-st", {"--attention", "chunked:7", "--threads", "2"});
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    TinyCases, Conformance,
-    ::testing::Combine(::testing::Values("p1_plms50_64x64", "p2_plms10_64x96", "p3_ddim10_64x64", "p4_plms10_batch2_64x64"),
-                       ::testing::Values("tiny-st", "tiny-ckpt"), ::testing::Values("per-head", "full")),
-    [](const auto& info) {
-        std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
-        for (auto& ch : s)
-            if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-        return s;
-    });
-
 // Every tokenizer case of the fixtures through --tokenize (HF semantics: ids_hf where given).
 TEST(Tokenize, AllFixtureCasesExactThroughCli) {
     const std::string cases_path = sdtest::env("SD_SOURCE_DIR") + "/tests/fixtures/tokenizer/cases.jsonl";
@@ -211,60 +115,6 @@ TEST(BadInput, GarbageTorchScriptFile) {
     expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "vae_decoder.pt");
 }
 
-// A weight file's header: the real one reads back; damaged ones (cuts at the
-// header's edges and in the data, random bytes over the header, hand-made
-// lies) give sd::Error, never a crash or a range past the file.
-TEST(WeightIndex, ReadsTheExportAndRefusesDamage) {
-    const std::string good = good_model() + "/unet.weights";
-    const auto index = sd::read_weight_index(good);
-    const auto size = std::filesystem::file_size(good);
-    ASSERT_GT(index.size(), 10u);
-    for (const auto& w : index) {
-        EXPECT_LE(w.end, size) << w.name;
-        EXPECT_EQ(w.begin % 4, 0u) << w.name << ": the export writes fp32, 4-byte aligned";
-    }
-    std::ifstream in(good, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), {});
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(bytes[i]);
-    const std::string path = sdtest::temp_dir() + "/damaged.weights";
-    auto refused = [&](const std::string& data) {
-        sdtest::write_text(path, data);
-        try {
-            for (const auto& w : sd::read_weight_index(path))
-                if (w.end > data.size()) return false;
-            return true;  // a damage that left a valid header with every range inside the file
-        } catch (const sd::Error& e) {
-            return std::string(e.what()).find(path) != std::string::npos;
-        }
-    };
-    for (size_t cut : {size_t{0}, size_t{7}, size_t{8}, size_t{100}, static_cast<size_t>(8 + header_len - 1),
-                       static_cast<size_t>(8 + header_len), bytes.size() - 1})
-        EXPECT_THROW(sd::read_weight_index((sdtest::write_text(path, bytes.substr(0, cut)), path)), sd::Error) << cut;
-    std::mt19937 rng(7);
-    for (int i = 0; i < 300; ++i) {
-        std::string d = bytes.substr(0, 8 + header_len + 64);
-        for (int k = 0; k < 1 + i % 5; ++k) d[8 + rng() % header_len] = static_cast<char>(rng() % 256);
-        EXPECT_TRUE(refused(d)) << i;
-    }
-    const std::string head = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
-    auto file = [](std::string h, size_t data) {
-        h += std::string((8 - h.size() % 8) % 8, ' ');  // data 8-byte aligned, as the export pads it
-        std::string f(8, '\0');
-        for (int i = 0; i < 8; ++i) f[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
-        return f + h + std::string(data, '\0');
-    };
-    EXPECT_TRUE(refused(file(head, 16)));
-    EXPECT_NO_THROW(sd::read_weight_index((sdtest::write_text(path, file(head, 16)), path)));
-    for (const std::string& lie : {R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})",
-                                   R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})",
-                                   R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})",
-                                   R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,16]}})",
-                                   R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}})",
-                                   R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[1,3]}})",
-                                   R"({"w":{"dtype":"F32","shape":[2,2]}})", R"([1,2])", R"({"w":7})"})
-        EXPECT_THROW(sd::read_weight_index((sdtest::write_text(path, file(lie, 16)), path)), sd::Error) << lie;
-}
 
 TEST(BadInput, MissingWeightFile) {
     auto m = model_copy();
@@ -730,41 +580,6 @@ TEST(Trust, MessagesNameTheProblem) {
 
 // ---- README "Security": no code of a model file runs unless the export could have written it ----
 
-// The ways TorchScript source can name an operation, read as the loader reads code/
-// records (src/io/code_check.h): the exports' own forms pass, the others are named.
-TEST(Trust, CodeCheckReadsEveryWayToNameAnOperation) {
-    for (const char* ok : {"_12 = torch.conv2d(input, weight, bias, [1, 1], [1, 1], [1, 1])",
-                           "_8 = torch.to(weight, ops.prim.dtype(x))", "_0 = getattr(input_blocks, \"0\")",
-                           "_0 = __torch__.sd_modules.___torch_mangle_12.Linear",
-                           "  norm_type : Final[float] = 2.\n  padding_idx : Final[NoneType] = None",
-                           "h = (self.in_layers).forward(x, )", "eps: float=1.0000000000000001e-05) -> Tensor:"})
-        EXPECT_EQ(sd::unlisted_code_name(ok), "") << ok;
-    const std::vector<std::pair<std::string, std::string>> refused = {
-        {"t = torch.from_file(p, True, 16, dtype=0)", "torch.from_file"},
-        {"t = torch.autograd.from_file(p, True, 16)", "torch.from_file"},
-        {"t = ops.aten.from_file(p, True, 16)", "ops.aten.from_file"},
-        {"f = torch\n    t = f.from_file(p, True, 16)", "torch"},
-        {"o = ops.aten", "ops.aten"},
-        {"f = getattr(torch, \"from_file\")", "torch"},
-        {"f = getattr(self, \"from_file\")", "getattr(self, \"from_file\")"},
-        {"f = getattr(x, \"0\" \"a\")", "getattr(x, \"0\" \"a\")"},
-        {"_0 = torch.fill_(x, 1.)", "torch.fill_"},
-        {"_0 = (x).fill_(1.)", ".fill_"},
-        {"_0 = torch.to(x, 6).fill_(1.)", ".fill_"},
-        {"s = \"{}\".format(x)", ".format"},
-        {"y = (x # __torch__\n    .fill_(1.))", ".fill_"},
-        {"t = (torch # a comment\n    .from_file(p))", "torch"},
-        {"t = 2.from_file", ".from_file"},
-        {"c = __torch__.torch.classes.quantized.LinearPackedParamsBase", ".classes"},
-        {"class M(Module):\n  x : Tensor\n  def __setstate__(self: __torch__.M, s: str) -> None:\n"
-         "    self.x = torch.to(torch.from_file(s, True, 16, dtype=0), 6)",
-         "torch.from_file"},  // an operation is named before an unknown class met earlier
-    };
-    for (const auto& [code, name] : refused) EXPECT_EQ(sd::unlisted_code_name(code), name) << code;
-    EXPECT_TRUE(sd::code_name_listed("torch.conv2d"));
-    for (const char* never : {"torch.from_file", "torch.save", "ops.aten.from_file", ".classes", ".from_file"})
-        EXPECT_FALSE(sd::code_name_listed(never)) << never;
-}
 
 // A model folder whose .pt runs code on load (a scripted __setstate__ that maps a file,
 // tests/python/payloads.py) is refused with one line before anything loads, whichever

@@ -97,15 +97,8 @@ TEST(Stages, SamplerStepsReplayingReferenceUnet) {
         auto noise = load(c, "start_noise.npy");
         const std::string sampler = c.find("ddim") != std::string::npos ? "ddim" : "plms";
         const int64_t n = noise.size(0);
-        int64_t k = 0;
-        sd::EpsFn eps = [&](const at::Tensor& x, const at::Tensor& t) {
-            EXPECT_LT(k, xs.size(0));
-            EXPECT_LE(max_abs_diff(x, xs[k].slice(0, 0, n)), 1e-4 * xs[k].abs().max().item<double>() + 1e-6) << c << " call " << k;
-            EXPECT_TRUE(at::equal(t, ts[k].slice(0, 0, n))) << c << " call " << k;
-            auto parts = outs[k].chunk(2);
-            ++k;
-            return parts[0] + 7.5 * (parts[1] - parts[0]);
-        };
+        sdtest::ReplayedUnet unet{xs, ts, outs, n, 7.5, c};
+        sd::EpsFn eps = [&](const at::Tensor& x, const at::Tensor& t) { return unet(x, t); };
         const double tol = 1e-4 * steps_x.abs().max().item<double>();
         sd::StepFn on_step = [&](int i, int, const at::Tensor& x, const at::Tensor& x0) {
             EXPECT_LE(max_abs_diff(x, steps_x[i]), tol) << c << " step " << i;
@@ -116,7 +109,7 @@ TEST(Stages, SamplerStepsReplayingReferenceUnet) {
         ASSERT_EQ(ac.size(), 1000u);
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
         auto latents = sd::sample(sampler, eps, noise, ac, requested, gen, on_step);
-        EXPECT_EQ(k, xs.size(0)) << c << ": number of UNet calls";
+        EXPECT_EQ(unet.calls, xs.size(0)) << c << ": number of UNet calls";
         EXPECT_LE(max_abs_diff(latents, load(c, "latents.npy")), 1e-4 * load(c, "latents.npy").abs().max().item<double>()) << c;
     }
 }

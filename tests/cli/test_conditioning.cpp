@@ -33,72 +33,7 @@ const Run kBreak{"", 1.0, true};
 
 }  // namespace
 
-// ---- the parser (AUTOMATIC1111's parse_prompt_attention semantics) ----
-
-TEST(PromptWeights, PlainText) { expect_parse("normal text", {{"normal text", 1.0}}); }
-TEST(PromptWeights, EmptyPrompt) { expect_parse("", {{"", 1.0}}); }
-TEST(PromptWeights, RoundBracketsMultiplyBy1_1) {
-    expect_parse("an (important) word", {{"an ", 1.0}, {"important", 1.1}, {" word", 1.0}});
-}
-TEST(PromptWeights, SquareBracketsDivideBy1_1) { expect_parse("a [faint] line", {{"a ", 1.0}, {"faint", 1 / 1.1}, {" line", 1.0}}); }
-TEST(PromptWeights, ExplicitWeight) { expect_parse("(red:1.5) fox", {{"red", 1.5}, {" fox", 1.0}}); }
-TEST(PromptWeights, ExplicitWeightWithSpaces) { expect_parse("(red: 0.25 )", {{"red", 0.25}}); }
-TEST(PromptWeights, SignedWeight) { expect_parse("(red:-1)", {{"red", -1.0}}); }
-TEST(PromptWeights, NestingMultiplies) {
-    expect_parse("((word))", {{"word", 1.1 * 1.1}});
-    expect_parse("[[word]]", {{"word", 1 / 1.1 / 1.1}});
-    expect_parse("((word:1.5))", {{"word", 1.5 * 1.1}});
-}
-TEST(PromptWeights, MixedNestingCancels) { expect_parse("(a [b] c)", {{"a ", 1.1}, {"b", 1.0}, {" c", 1.1}}); }
-TEST(PromptWeights, UnclosedBracketRunsToTheEnd) {
-    expect_parse("(unbalanced", {{"unbalanced", 1.1}});
-    expect_parse("a [b", {{"a ", 1.0}, {"b", 1 / 1.1}});
-}
-TEST(PromptWeights, ClosingBracketWithoutOpeningIsText) {
-    expect_parse("a) b]", {{"a) b]", 1.0}});
-}
-TEST(PromptWeights, EscapedBrackets) { expect_parse("\\(literal\\]", {{"(literal]", 1.0}}); }
-TEST(PromptWeights, EscapedBracketsInsideWeights) {
-    expect_parse("(a \\(b\\):1.2)", {{"a (b)", 1.2}});
-}
-TEST(PromptWeights, EscapedBackslashAndLoneBackslash) {
-    expect_parse("a\\\\b", {{"a\\b", 1.0}});
-    expect_parse("a\\b", {{"ab", 1.0}});  // a lone backslash is dropped, as A1111 does
-}
-TEST(PromptWeights, AdjacentEqualWeightsMerge) { expect_parse("(unnecessary)(parens)", {{"unnecessaryparens", 1.1}}); }
-TEST(PromptWeights, ColonIsTextUnlessAWeight) {
-    expect_parse("photo: a cat", {{"photo: a cat", 1.0}});
-    expect_parse("word:1.5)", {{"word:1.5)", 1.0}});  // no bracket open
-    expect_parse("(word:abc)", {{"word:abc", 1.1}});
-    expect_parse("(a:1.2", {{"a:1.2", 1.1}});  // no closing bracket: no weight
-}
-TEST(PromptWeights, MalformedNumberIsText) { expect_parse("(word:1.2.3)", {{"word:1.2.3)", 1.1}}); }
-TEST(PromptWeights, TheA1111Example) {
-    expect_parse("a (((house:1.3)) [on] a (hill:0.5), sun, (((sky))).",
-                 {{"a ", 1.0},
-                  {"house", 1.3 * 1.1 * 1.1},
-                  {" ", 1.1},
-                  {"on", 1.0},
-                  {" a ", 1.1},
-                  {"hill", 0.55},
-                  {", sun, ", 1.1},
-                  {"sky", 1.1 * 1.1 * 1.1 * 1.1},
-                  {".", 1.1}});
-}
-TEST(PromptWeights, BreakKeyword) {
-    expect_parse("a cat BREAK a dog", {{"a cat", 1.0}, kBreak, {"a dog", 1.0}});
-    expect_parse("BREAK", {{"", 1.0}, kBreak, {"", 1.0}});
-    expect_parse("(a BREAK b)", {{"a", 1.1}, kBreak, {"b", 1.1}});
-}
-TEST(PromptWeights, BreakMustBeAWordInUpperCase) {
-    expect_parse("BREAKfast break aBREAK", {{"BREAKfast break aBREAK", 1.0}});
-}
-TEST(PromptWeights, Utf8TextPassesThrough) {
-    expect_parse("(café:1.2) naïve [señor]", {{"café", 1.2}, {" naïve ", 1.0}, {"señor", 1 / 1.1}});
-}
-
-// ---- chunking ----
-
+// The CLIP tokenizer and word lists, as in unit/test_prompt_weights.cpp.
 namespace {
 
 const sd::ClipTokenizer& clip() {
@@ -120,54 +55,6 @@ sd::PromptChunks chunks(const std::string& p, sd::PromptSyntax syntax = {}, int 
 }
 
 }  // namespace
-
-TEST(PromptChunks, ShortPromptIsTheReferenceWindow) {
-    for (const std::string& p : std::vector<std::string>{"", "a photograph of an astronaut riding a horse", "photo: a cat", words(75)}) {
-        auto c = chunks(p);
-        ASSERT_EQ(c.ids.size(), 1u) << p;
-        EXPECT_EQ(c.ids[0], clip().encode_padded(p)) << p;
-        EXPECT_FALSE(c.weighted()) << p;
-    }
-}
-
-TEST(PromptChunks, SeventySixTokensMakeTwoWindows) {
-    ASSERT_EQ(clip().encode(words(76)).size(), 76u);
-    auto c = chunks(words(76));
-    ASSERT_EQ(c.ids.size(), 2u);
-    EXPECT_EQ(c.ids[0], clip().encode_padded(words(75)));
-    EXPECT_EQ(c.ids[1], clip().encode_padded(words(1, 75)));
-    EXPECT_EQ(chunks(words(150)).ids.size(), 2u);
-    EXPECT_EQ(chunks(words(151)).ids.size(), 3u);
-}
-
-TEST(PromptChunks, LongPromptsOffTruncatesLikeTheReference) {
-    auto c = chunks(words(150), {false, true});
-    ASSERT_EQ(c.ids.size(), 1u);
-    EXPECT_EQ(c.ids[0], clip().encode_padded(words(150)));
-}
-
-TEST(PromptChunks, WeightingOffKeepsBracketsAsText) {
-    auto c = chunks("a (red:1.5) fox", {true, false});
-    ASSERT_EQ(c.ids.size(), 1u);
-    EXPECT_EQ(c.ids[0], clip().encode_padded("a (red:1.5) fox"));
-    EXPECT_FALSE(c.weighted());
-}
-
-TEST(PromptChunks, WeightsFollowTheirTokens) {
-    auto c = chunks("a (red:1.5) fox");
-    ASSERT_EQ(c.ids.size(), 1u);
-    EXPECT_EQ(c.ids[0], clip().encode_padded("a red fox"));
-    std::vector<float> want(77, 1.0f);
-    want[2] = 1.5f;  // [BOS] a red fox [EOS]
-    EXPECT_EQ(c.weights[0], want);
-}
-
-TEST(PromptChunks, BreakStartsANewWindowPaddedWithThePadId) {
-    auto c = chunks("a cat BREAK a dog", {}, 0);
-    ASSERT_EQ(c.ids.size(), 2u);
-    EXPECT_EQ(c.ids[0], clip().encode_padded("a cat", 77, 49406, 49407, 0));
-    EXPECT_EQ(c.ids[1], clip().encode_padded("a dog", 77, 49406, 49407, 0));
-}
 
 // ---- conditioning with a stand-in text encoder ----
 

@@ -94,14 +94,8 @@ TEST(Sd2Stages, SamplerStepsReplayingReferenceUnet) {
         auto noise = load(c, "start_noise.npy");
         const int64_t n = noise.size(0);
         const double scale = a["scale"].get<double>();
-        int64_t k = 0;
-        sd::ModelFn model = [&](const at::Tensor& x, const at::Tensor& t) {
-            EXPECT_LT(k, xs.size(0));
-            EXPECT_LE(sdtest::max_abs_diff(x, xs[k].slice(0, 0, n)), 1e-4 * rel_max(xs[k]) + 1e-6) << c << " call " << k;
-            EXPECT_TRUE(at::equal(t, ts[k].slice(0, 0, n))) << c << " call " << k;
-            auto parts = outs[k++].chunk(2);
-            return parts[0] + scale * (parts[1] - parts[0]);
-        };
+        sdtest::ReplayedUnet unet{xs, ts, outs, n, scale, c};
+        sd::ModelFn model = [&](const at::Tensor& x, const at::Tensor& t) { return unet(x, t); };
         sd::StepFn on_step = [&](int i, int, const at::Tensor& x, const at::Tensor& x0) {
             EXPECT_LE(sdtest::max_abs_diff(x, steps_x[i]), 1e-4 * rel_max(steps_x)) << c << " step " << i;
             EXPECT_LE(sdtest::max_abs_diff(x0, steps_x0[i]), 1e-4 * rel_max(steps_x0)) << c << " step " << i;
@@ -112,7 +106,7 @@ TEST(Sd2Stages, SamplerStepsReplayingReferenceUnet) {
         s.parameterization = sd::parse_parameterization(a["parameterization"].get<std::string>());
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
         auto out = sd::sample(s, model, noise, sdtest::model_alphas_cumprod(model_for(c)), gen, on_step);
-        EXPECT_EQ(k, a["unet_calls"].get<int64_t>()) << c;
+        EXPECT_EQ(unet.calls, a["unet_calls"].get<int64_t>()) << c;
         EXPECT_LE(sdtest::max_abs_diff(out, latents), 1e-4 * rel_max(latents)) << c;
     }
 }

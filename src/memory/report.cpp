@@ -1,0 +1,32 @@
+#include <cstdio>
+#include <string>
+
+#include "sd/pipeline.h"
+
+namespace sd {
+
+std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, const StageTimes& t, bool on_gpu) {
+    std::string out = plan.describe();
+    const double resident = plan.sequential ? 0 : plan.text.weights + plan.unet.weights + plan.vae.weights;
+    const std::string measured_what = on_gpu ? ", host RSS measured " : ", measured ";
+    auto line = [&](const char* stage, const StagePrediction& s, long long measured, long long kept) {
+        const double predicted = plan.sequential ? s.total(plan.base) : plan.base + resident + s.transient();
+        out += std::string("  ") + stage + " peak: predicted " + format_size(predicted) + " (freed blocks kept " +
+               format_size(s.kept) + ")" + measured_what + format_size(static_cast<double>(measured)) + " (kept " +
+               format_size(static_cast<double>(kept)) + ")\n";
+    };
+    line("text encoder", plan.text, m.text, m.text_kept);
+    line("unet        ", plan.unet, m.unet, m.unet_kept);
+    line("vae decoder ", plan.vae, m.vae, m.vae_kept);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "sd-txt2img: timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded "
+                  "in %.2f s, start to first step %.2f s\n",
+                  t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step);
+    out += buf;
+    out += "sd-txt2img: allocator: " + std::to_string(m.reused_blocks) + " of " + std::to_string(m.large_blocks) +
+           " large blocks reused\n";
+    return out;
+}
+
+}  // namespace sd

@@ -1,0 +1,44 @@
+// The tiny SD 1.x reference cases through the CLI (tests/fixtures/tiny/cases).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "reference_case.h"
+#include "test_util.h"
+
+namespace {
+
+std::string case_dir(const std::string& name) { return sdtest::fixtures() + "/tiny/cases/" + name; }
+
+struct Conformance : ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+void check_case(const std::string& name, const std::string& model, const std::vector<std::string>& extra) {
+    sdtest::check_cli_case(case_dir(name), sdtest::test_models() + "/" + model, extra);
+}
+
+}  // namespace
+
+// Each reference case, through the CLI, for both exports and both attention strategies.
+// One thread: ctest runs two tests at a time on this two-core machine.
+TEST_P(Conformance, MatchesReferenceRun) {
+    const auto& [name, model, attention] = GetParam();
+    check_case(name, model, {"--attention", attention, "--threads", "1"});
+}
+
+// Two threads change the summation order; the fixtures' tolerance covers it.
+TEST(ConformanceThreads, TwoThreadsAndChunkedAttention) {
+    check_case("p4_plms10_batch2_64x64", "tiny-st", {"--attention", "chunked:7", "--threads", "2"});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyCases, Conformance,
+    ::testing::Combine(::testing::Values("p1_plms50_64x64", "p2_plms10_64x96", "p3_ddim10_64x64", "p4_plms10_batch2_64x64"),
+                       ::testing::Values("tiny-st", "tiny-ckpt"), ::testing::Values("per-head", "full")),
+    [](const auto& info) {
+        std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+        for (auto& ch : s)
+            if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+        return s;
+    });

@@ -1,0 +1,92 @@
+// The weight file header (io/weight_file.h).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sd/error.h"
+#include "test_util.h"
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "io/weight_file.h"
+
+namespace {
+
+// A weight file as the export writes one (the safetensors layout): n fp32
+// tensors of shapes [k + 1, 3], the header padded to 8 bytes.
+void write_weight_file(const std::string& path, int n) {
+    nlohmann::json header;
+    uint64_t offset = 0;
+    for (int k = 0; k < n; ++k) {
+        const uint64_t bytes = static_cast<uint64_t>(k + 1) * 3 * 4;
+        header["layer" + std::to_string(k) + ".weight"] = {
+            {"dtype", "F32"}, {"shape", {k + 1, 3}}, {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    bytes += text;
+    bytes.append(offset, '\x01');
+    sdtest::write_text(path, bytes);
+}
+
+}  // namespace
+
+// A weight file's header: the real one reads back; damaged ones (cuts at the
+// header's edges and in the data, random bytes over the header, hand-made
+// lies) give sd::Error, never a crash or a range past the file.
+TEST(WeightIndex, ReadsTheExportAndRefusesDamage) {
+    const std::string good = sdtest::temp_dir() + "/good.weights";
+    write_weight_file(good, 12);
+    const auto index = sd::read_weight_index(good);
+    const auto size = std::filesystem::file_size(good);
+    ASSERT_GT(index.size(), 10u);
+    for (const auto& w : index) {
+        EXPECT_LE(w.end, size) << w.name;
+        EXPECT_EQ(w.begin % 4, 0u) << w.name << ": fp32 tensors, 4-byte aligned";
+    }
+    std::ifstream in(good, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(bytes[i]);
+    const std::string path = sdtest::temp_dir() + "/damaged.weights";
+    auto refused = [&](const std::string& data) {
+        sdtest::write_text(path, data);
+        try {
+            for (const auto& w : sd::read_weight_index(path))
+                if (w.end > data.size()) return false;
+            return true;  // a damage that left a valid header with every range inside the file
+        } catch (const sd::Error& e) {
+            return std::string(e.what()).find(path) != std::string::npos;
+        }
+    };
+    for (size_t cut : {size_t{0}, size_t{7}, size_t{8}, size_t{100}, static_cast<size_t>(8 + header_len - 1),
+                       static_cast<size_t>(8 + header_len), bytes.size() - 1})
+        EXPECT_THROW(sd::read_weight_index((sdtest::write_text(path, bytes.substr(0, cut)), path)), sd::Error) << cut;
+    std::mt19937 rng(7);
+    for (int i = 0; i < 300; ++i) {
+        std::string d = bytes.substr(0, 8 + header_len + 64);
+        for (int k = 0; k < 1 + i % 5; ++k) d[8 + rng() % header_len] = static_cast<char>(rng() % 256);
+        EXPECT_TRUE(refused(d)) << i;
+    }
+    const std::string head = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+    auto file = [](std::string h, size_t data) {
+        h += std::string((8 - h.size() % 8) % 8, ' ');  // data 8-byte aligned, as the export pads it
+        std::string f(8, '\0');
+        for (int i = 0; i < 8; ++i) f[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+        return f + h + std::string(data, '\0');
+    };
+    EXPECT_TRUE(refused(file(head, 16)));
+    EXPECT_NO_THROW(sd::read_weight_index((sdtest::write_text(path, file(head, 16)), path)));
+    for (const std::string& lie : {R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})",
+                                   R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})",
+                                   R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,16]}})",
+                                   R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,16]}})",
+                                   R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}})",
+                                   R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[1,3]}})",
+                                   R"({"w":{"dtype":"F32","shape":[2,2]}})", R"([1,2])", R"({"w":7})"})
+        EXPECT_THROW(sd::read_weight_index((sdtest::write_text(path, file(lie, 16)), path)), sd::Error) << lie;
+}
