@@ -1,60 +1,14 @@
-// Prompt weighting (A1111 syntax), long prompts in 75-token chunks, the
-// conditioning built from them, and their effect on images through the CLI.
+// The conditioning built from weighted, chunked prompts (with a stand-in text
+// encoder), and the effect of weighting and long prompts on images through the CLI.
 #include <gtest/gtest.h>
 
 #include "engine/conditioning.h"
 #include "conformance_util.h"
 #include "sd/model_config.h"
-#include "text/prompt_weights.h"
-#include "test_util.h"
-#include "sd/tokenizer.h"
+#include "prompt_util.h"
 
-using sd::WeightedText;
-
-namespace {
-
-struct Run {
-    std::string text;
-    double weight;
-    bool is_break = false;
-};
-
-void expect_parse(const std::string& prompt, const std::vector<Run>& want) {
-    auto got = sd::parse_prompt_weights(prompt);
-    ASSERT_EQ(got.size(), want.size()) << "prompt: " << prompt;
-    for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_EQ(got[i].text, want[i].text) << "prompt: " << prompt << " run " << i;
-        EXPECT_DOUBLE_EQ(got[i].weight, want[i].weight) << "prompt: " << prompt << " run " << i;
-        EXPECT_EQ(got[i].is_break, want[i].is_break) << "prompt: " << prompt << " run " << i;
-    }
-}
-
-const Run kBreak{"", 1.0, true};
-
-}  // namespace
-
-// The CLIP tokenizer and word lists, as in unit/test_prompt_weights.cpp.
-namespace {
-
-const sd::ClipTokenizer& clip() {
-    static auto tok = sd::ClipTokenizer::load(sdtest::env("SD_SOURCE_DIR") + "/models/clip/vocab.json",
-                                              sdtest::env("SD_SOURCE_DIR") + "/models/clip/merges.txt");
-    return tok;
-}
-
-// n single-token words.
-std::string words(int n, int offset = 0) {
-    static const char* w[] = {"red", "blue", "green", "cat", "dog", "tree", "house", "river", "sky", "sun"};
-    std::string s;
-    for (int i = 0; i < n; ++i) s += std::string(i ? " " : "") + w[(i + offset) % 10];
-    return s;
-}
-
-sd::PromptChunks chunks(const std::string& p, sd::PromptSyntax syntax = {}, int pad = 49407) {
-    return sd::tokenize_prompt(clip(), p, syntax, 77, 49406, 49407, pad);
-}
-
-}  // namespace
+using sdtest::clip;
+using sdtest::words;
 
 // ---- conditioning with a stand-in text encoder ----
 

@@ -1,13 +1,9 @@
-// Prompt weighting (A1111 syntax), long prompts in 75-token chunks, the
-// conditioning built from them, and their effect on images through the CLI.
+// Prompt weighting (A1111 syntax) and long prompts in 75-token chunks; the
+// conditioning built from them is tested in cli/test_conditioning.cpp.
 #include <gtest/gtest.h>
 
-#include "engine/conditioning.h"
-#include "conformance_util.h"
-#include "sd/model_config.h"
+#include "prompt_util.h"
 #include "text/prompt_weights.h"
-#include "test_util.h"
-#include "sd/tokenizer.h"
 
 using sd::WeightedText;
 
@@ -101,19 +97,8 @@ TEST(PromptWeights, Utf8TextPassesThrough) {
 
 namespace {
 
-const sd::ClipTokenizer& clip() {
-    static auto tok = sd::ClipTokenizer::load(sdtest::env("SD_SOURCE_DIR") + "/models/clip/vocab.json",
-                                              sdtest::env("SD_SOURCE_DIR") + "/models/clip/merges.txt");
-    return tok;
-}
-
-// n single-token words.
-std::string words(int n, int offset = 0) {
-    static const char* w[] = {"red", "blue", "green", "cat", "dog", "tree", "house", "river", "sky", "sun"};
-    std::string s;
-    for (int i = 0; i < n; ++i) s += std::string(i ? " " : "") + w[(i + offset) % 10];
-    return s;
-}
+using sdtest::clip;
+using sdtest::words;
 
 sd::PromptChunks chunks(const std::string& p, sd::PromptSyntax syntax = {}, int pad = 49407) {
     return sd::tokenize_prompt(clip(), p, syntax, 77, 49406, 49407, pad);
