@@ -17,6 +17,7 @@
 #include "sd/error.h"
 #include "text/text_clean.h"
 #include "sd/tokenizer.h"
+#include "test_util.h"
 
 #ifndef SD_TOKENIZER_FIXTURE_DIR
 #error "SD_TOKENIZER_FIXTURE_DIR must name tests/fixtures/tokenizer"
@@ -46,13 +47,6 @@ constexpr int64_t kBos = 49406, kEos = 49407;
 const sd::ClipTokenizer& tokenizer() {
     static const sd::ClipTokenizer tok = sd::ClipTokenizer::load(kVocab, kMerges);
     return tok;
-}
-
-std::string read_all(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 std::vector<json> read_jsonl(const std::string& path) {
@@ -362,7 +356,7 @@ TEST_F(TokenizerFiles, BadVocabularyThrows) {
     const std::string missing = (dir_ / "missing.json").string();
     expect_error(missing, kMerges, missing);
     expect_error(dir_.string(), kMerges, dir_.string());  // a directory
-    const std::string vocab = read_all(kVocab);
+    const std::string vocab = sdtest::read_text(kVocab);
     const std::vector<std::string> bad = {
         "",
         "   ",
@@ -417,7 +411,7 @@ TEST_F(TokenizerFiles, BadMergesThrows) {
 
 TEST_F(TokenizerFiles, GoodVariantsLoad) {
     // CRLF line ends, no header line, no final newline, blank lines at the end.
-    const std::string merges = read_all(kMerges);
+    const std::string merges = sdtest::read_text(kMerges);
     std::string crlf;
     for (char c : merges) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
     const std::string no_header = merges.substr(merges.find('\n') + 1);
@@ -432,7 +426,7 @@ TEST_F(TokenizerFiles, GoodVariantsLoad) {
 }
 
 TEST_F(TokenizerFiles, TruncatedOrCorruptedFilesNeverCrash) {
-    const std::string vocab = read_all(kVocab), merges = read_all(kMerges);
+    const std::string vocab = sdtest::read_text(kVocab), merges = sdtest::read_text(kMerges);
     std::mt19937 rng(99);
     for (int trial = 0; trial < 12; ++trial) {
         std::string v = vocab, m = merges;
@@ -465,7 +459,7 @@ TEST(TokenizerCopies, MatchSharedConformanceSet) {
         {kMerges, shared + "/merges.txt"},
     };
     for (const auto& [ours, theirs] : pairs) {
-        const std::string a = read_all(ours), b = read_all(theirs);
+        const std::string a = sdtest::read_text(ours), b = sdtest::read_text(theirs);
         EXPECT_FALSE(a.empty()) << ours;
         EXPECT_TRUE(a == b) << ours << " differs from " << theirs;
     }
