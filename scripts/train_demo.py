@@ -48,7 +48,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import demo_world  # noqa: E402
 import python_path  # noqa: E402,F401  (makes python/sd_export importable)
-from sd_export.modules import AttnBlock, DecoderMid, ResnetBlock, TextEncoder, UNetModel, VAEDecoder, swish, vae_norm  # noqa: E402
+from sd_export.modules import DecoderMid, ResnetBlock, TextEncoder, UNetModel, VAEDecoder, swish, vae_norm  # noqa: E402
 from sd_export.safetensors_io import write_safetensors  # noqa: E402
 
 # Sizes.  GroupNorm(32) in the UNet and VAE needs channel counts that are multiples of 32.

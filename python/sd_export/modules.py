@@ -4,7 +4,7 @@ Three exportable modules, each with the state-dict names of the CompVis checkpoi
 below its prefix so that weights load by name:
 
 * ``TextEncoder``  <- ``cond_stage_model.transformer.``  (HF CLIPTextModel names; SD 2.x's
-  OpenCLIP text tower is the same network, its weights are renamed by the export script,
+  OpenCLIP text tower is the same network, its weights are renamed by the export (keymaps),
   and only the layers SD uses are built: 23 of 24 for "penultimate")
 * ``UNetModel``    <- ``model.diffusion_model.``
 * ``VAEDecoder``   <- ``first_stage_model.``  (post_quant_conv + decoder; no encoder)
