@@ -10,11 +10,12 @@ reading the model files from a warm cache, and prints the top operators of a
 LibTorch profile of one UNet forward. The result is printed as a Markdown
 block; --write-docs puts it between markers in docs/benchmarks.md.
 
-Run with Debian's Python (python3-torch), e.g.
-    /usr/bin/python3 bench/bench_speed.py --model /tmp/sd15 --sizes 256 512 --steps 5 --threads 2
+Run with Debian's Python (python3-torch) and the export package on the path
+(bench/bench_speed.sh does both), e.g.
+    PYTHONPATH=python /usr/bin/python3 bench/bench_speed.py --model /tmp/sd15 --sizes 256 512 --steps 5 --threads 2
 Small smoke test:
-    /usr/bin/python3 bench/bench_speed.py --model /tmp/sd15 --sizes 64 128 --steps 2 --threads 1 \
-        --gemm-n 1024 --conv 320,16,2 --profile-size 64
+    PYTHONPATH=python /usr/bin/python3 bench/bench_speed.py --model /tmp/sd15 --sizes 64 128 --steps 2 \
+        --threads 1 --gemm-n 1024 --conv 320,16,2 --profile-size 64
 """
 
 import argparse
@@ -31,14 +32,13 @@ import sys
 import tempfile
 import time
 
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sd_export.stages import load_stage, weights_path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "models"))
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-
-from stage_files import load_stage, weights_path  # noqa: E402
 
 BEGIN_MARK = "<!-- bench_speed:begin -->"
 END_MARK = "<!-- bench_speed:end -->"
@@ -105,9 +105,9 @@ def conv_peak(channels, size, batch, repeats):
 # --------------------------------------------------------------------------- FLOP count
 
 def build_unet_meta(arch):
-    """models/sd_modules.UNetModel from model.json's architecture, with every
+    """sd_export.modules.UNetModel from model.json's architecture, with every
     parameter on the meta device: no memory, no init, shapes only."""
-    import sd_modules
+    from sd_export import modules as sd_modules
     import torch.nn.init as init
     names = ("kaiming_uniform_", "uniform_", "normal_", "ones_", "zeros_", "xavier_uniform_",
              "constant_", "trunc_normal_")
@@ -139,8 +139,8 @@ def count_unet_flops(arch, h, w, rows, context_len, context_dim):
     GroupNorm, LayerNorm, softmax, SiLU/GELU, residual adds, upsampling, concat
     (element-wise, under 1% of the total). Shapes come from a forward pass on
     meta tensors with hooks on those modules, so the count follows the
-    architecture exactly as models/sd_modules.py builds it."""
-    import sd_modules
+    architecture exactly as sd_export/modules.py builds it."""
+    from sd_export import modules as sd_modules
     model = build_unet_meta(arch)
     n_params = sum(p.numel() for p in model.parameters())
     acc = {"conv3x3": 0, "conv1x1": 0, "linear": 0, "attention bmm": 0}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Speed benchmark (issue 6): thin wrapper that runs bench/bench_speed.py with
-# Debian's Python, which has python3-torch (the first python3 on PATH may not).
+# Debian's Python, which has python3-torch (the first python3 on PATH may not), and
+# the export package (python/sd_export) on its path.
 # Usage: bench/bench_speed.sh --model DIR [--sizes 256 512] [--steps 5] [--threads 2] [--write-docs] ...
 # SD_TXT2IMG=path/to/sd-txt2img picks the binary (default build/sd-txt2img).
 set -euo pipefail
@@ -8,4 +9,4 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-/usr/bin/python3}
 bin_args=()
 [ -n "${SD_TXT2IMG:-}" ] && bin_args=(--bin "$SD_TXT2IMG")
-exec "$py" bench/bench_speed.py "${bin_args[@]}" "$@"
+PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" exec "$py" bench/bench_speed.py "${bin_args[@]}" "$@"

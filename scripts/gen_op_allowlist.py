@@ -162,8 +162,8 @@ def variants():
 def collect(log=None):
     """Exports every variant into a temporary folder; returns ({name: [variants]}, refused)."""
     import yaml
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    import export_model
+    import python_path  # noqa: F401  (makes python/sd_export importable)
+    from sd_export.cli import main as export_main
     found, refused = {}, set()
     with tempfile.TemporaryDirectory(prefix="op-allowlist-") as tmp:
         for name, config, text, extra in variants():
@@ -173,7 +173,7 @@ def collect(log=None):
                     yaml.safe_dump(copy.deepcopy(config), f)
                 config = path
             out = os.path.join(tmp, name)
-            if export_model.main(["--random-init", "--out", out, "--config", config, "--text-config", text, *extra]):
+            if export_main(["--random-init", "--out", out, "--config", config, "--text-config", text, *extra]):
                 raise SystemExit(f"gen_op_allowlist.py: error: exporting {name} failed")
             for stage in ("text_encoder", "unet", "vae_decoder"):
                 names, bad = names_in_archive(os.path.join(out, stage + ".pt"))

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import re
-import struct
 import sys
 import time
 
@@ -46,11 +45,11 @@ import torch.nn.functional as F
 from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "models"))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 import demo_world  # noqa: E402
-from sd_modules import AttnBlock, DecoderMid, ResnetBlock, TextEncoder, UNetModel, VAEDecoder, swish, vae_norm  # noqa: E402
+import python_path  # noqa: E402,F401  (makes python/sd_export importable)
+from sd_export.modules import DecoderMid, ResnetBlock, TextEncoder, UNetModel, VAEDecoder, swish, vae_norm  # noqa: E402
+from sd_export.safetensors_io import write_safetensors  # noqa: E402
 
 # Sizes.  GroupNorm(32) in the UNet and VAE needs channel counts that are multiples of 32.
 # 32 channels means one channel per group: every GroupNorm is then an instance norm, which
@@ -230,25 +229,11 @@ class EMA:
             s.copy_(tmp)
 
 
-def write_safetensors(path, tensors, metadata):
-    """A .safetensors file (the format: 8-byte little-endian header length, JSON header,
-    raw little-endian data), written here because no safetensors package is installed."""
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    names = {torch.float16: "F16", torch.float32: "F32"}
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous().cpu()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
+def save_checkpoint(path, tensors, metadata):
+    """demo.safetensors, tensors in name order; written beside and moved into place, so an
+    interrupted run keeps the previous checkpoint."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for b in blobs:
-            f.write(b)
+    write_safetensors(tmp, [(name, tensors[name]) for name in sorted(tensors)], metadata)
     os.replace(tmp, path)
 
 
@@ -445,8 +430,8 @@ def checkpoint_tensors(unet, text, vae):
 
 def save(out, unet, text, vae, scale_factor, meta):
     os.makedirs(out, exist_ok=True)
-    write_safetensors(os.path.join(out, "demo.safetensors"), checkpoint_tensors(unet, text, vae),
-                      {k: str(v) for k, v in meta.items()})
+    save_checkpoint(os.path.join(out, "demo.safetensors"), checkpoint_tensors(unet, text, vae),
+                    {k: str(v) for k, v in meta.items()})
     with open(os.path.join(out, "v1-demo.yaml"), "w", encoding="utf-8") as f:
         f.write(ldm_yaml(scale_factor))
     with open(os.path.join(out, "text_encoder.json"), "w", encoding="utf-8") as f:

@@ -1,13 +1,14 @@
 """Writes a CompVis-style .ckpt ({"state_dict": ...}, zip format) holding the
-tensors of a .safetensors file, so the repository need not carry both."""
+tensors of a .safetensors file, so the repository need not carry both.
+
+    PYTHONPATH=python /usr/bin/python3 tests/make_ckpt.py IN.safetensors OUT.ckpt
+"""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-import torch  # noqa: E402
-from export_model import SafetensorsFile  # noqa: E402
+import torch
+from sd_export.safetensors_io import read_tensors
 
 src, dst = sys.argv[1], sys.argv[2]
 os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-st = SafetensorsFile(src)
-torch.save({"state_dict": {k: st.load(k) for k in st.keys()}}, dst)
+torch.save({"state_dict": read_tensors(src)}, dst)

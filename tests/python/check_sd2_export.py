@@ -17,11 +17,13 @@ import unittest
 import numpy as np
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-import diffusers_writer  # noqa: E402
-from test_export import load_exporter, load_stage, run_export  # noqa: E402  (the export script, loaded and run)
+import diffusers_writer
+from sd_export import diffusers_layout
+from sd_export.configs import load_ldm_config, load_text_config
+from sd_export.safetensors_io import read_tensors
+from test_export import load_stage, run_export  # exported stages; the export command, run
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def fixture_dir(name, probe):
@@ -38,14 +40,6 @@ def read_json(path):
 
 def max_abs(a, b):
     return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
-
-
-def read_state_dict(path):
-    exporter = load_exporter()
-    st = exporter.SafetensorsFile(path)
-    sd = {k: st.load(k) for k in list(st.keys())}
-    st.close()
-    return sd
 
 
 class Exports(unittest.TestCase):
@@ -95,7 +89,7 @@ class ExportTiny2Test(Exports):
         cls.text = ["--text-config", os.path.join(cls.fx, "text_encoder.json")]
         cls.v_cfg = ["--config", os.path.join(cls.fx, "v2-tiny-v.yaml")] + cls.text
         cls.st_dir = cls.export("st", cls.st_file, *cls.v_cfg)
-        cls.state_dict = read_state_dict(cls.st_file)
+        cls.state_dict = read_tensors(cls.st_file)
         cls.ckpt_file = os.path.join(cls.tmp.name, "tiny2.ckpt")
         torch.save({"state_dict": cls.state_dict}, cls.ckpt_file)
         cls.ckpt_dir = cls.export("ckpt", cls.ckpt_file, *cls.v_cfg)
@@ -193,8 +187,7 @@ class DiffusersNamesTest(unittest.TestCase):
     """The reader's names for the SD 1.5 UNet and VAE, against diffusers' published layout."""
 
     def test_known_sd15_names(self):
-        sys.path.insert(0, os.path.join(REPO, "models"))
-        import diffusers_layout as dl
+        dl = diffusers_layout
         unet = {"input_blocks.0.0.weight": "conv_in.weight",
                 "time_embed.2.bias": "time_embedding.linear_2.bias",
                 "input_blocks.1.0.in_layers.0.weight": "down_blocks.0.resnets.0.norm1.weight",
@@ -235,16 +228,15 @@ class DiffusersRoundTripTest(Exports):
     """single file -> diffusers folder (inverse mapping) -> export == export of the single file."""
 
     def round_trip(self, fx_name, st_name, yaml_name, fmt, old_attention_names):
-        exporter = load_exporter()
         fx = fixture_dir(fx_name, st_name)
         st_file = os.path.join(fx, st_name)
         sizes = ["--config", os.path.join(fx, yaml_name), "--text-config", os.path.join(fx, "text_encoder.json")]
         single = self.export(fx_name + "-single", st_file, *sizes)
         folder = os.path.join(self.tmp.name, fx_name + "-diffusers")
-        ldm = exporter.load_ldm_config(os.path.join(fx, yaml_name))
-        text = exporter.load_text_config(os.path.join(fx, "text_encoder.json"))
+        ldm = load_ldm_config(os.path.join(fx, yaml_name))
+        text = load_text_config(os.path.join(fx, "text_encoder.json"))
         text["layers"] = text["layers_total"] - (1 if ldm["text_layer"] == "penultimate" else 0)
-        diffusers_writer.write_diffusers(read_state_dict(st_file), ldm, text, folder, fmt, old_attention_names)
+        diffusers_writer.write_diffusers(read_tensors(st_file), ldm, text, folder, fmt, old_attention_names)
         from_folder = self.export(fx_name + "-from-diffusers", folder)
         self.assert_same_weights(single, from_folder)
         self.assert_same_model_json(single, from_folder)

@@ -27,9 +27,7 @@ import unittest
 import numpy as np
 from PIL import Image
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import demo_world  # noqa: E402
+import demo_world  # scripts/ (on PYTHONPATH)
 
 CLI = os.environ.get("SD_TXT2IMG")
 MODEL = os.environ.get("SD_DEMO_MODEL")

@@ -1,7 +1,7 @@
 """Writes a diffusers-layout copy of a single-file SD 1.x / 2.x checkpoint, for the round-trip
 test of the export's diffusers reader.
 
-This is the inverse direction, written independently of models/diffusers_layout.py: it walks
+This is the inverse direction, written independently of sd_export/diffusers_layout.py: it walks
 the diffusers block structure (down_blocks / mid_block / up_blocks, the decoder's up_blocks
 counted from the coarsest level) and takes each weight from its CompVis-ldm name, where the
 reader maps each ldm name to a diffusers one.  Every checkpoint weight must be used once.
@@ -10,9 +10,10 @@ reader maps each ldm name to a diffusers one.  Every checkpoint weight must be u
 import json
 import os
 import shutil
-import struct
 
 import torch
+
+from sd_export.safetensors_io import write_safetensors
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -134,22 +135,6 @@ def open_clip_text_weights(sd, layers_used):
     return out
 
 
-def save_safetensors(tensors, path):
-    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        raw = t.numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)) + head)
-        for b in blobs:
-            f.write(b)
-
-
 def save_weights(tensors, folder, base, fmt):
     os.makedirs(folder, exist_ok=True)
     # Float weights only: position_ids (int64) is a buffer diffusers' own files no longer carry.
@@ -157,7 +142,8 @@ def save_weights(tensors, folder, base, fmt):
     if fmt == "bin":
         torch.save(tensors, os.path.join(folder, base[1]))
     else:
-        save_safetensors(tensors, os.path.join(folder, base[0]))
+        # diffusers' own files carry this metadata
+        write_safetensors(os.path.join(folder, base[0]), sorted(tensors.items()), metadata={"format": "pt"})
 
 
 def write_json(path, data):

@@ -1,11 +1,11 @@
-"""Tests of scripts/export_model.py and models/sd_modules.py against the tiny conformance fixtures.
+"""Tests of scripts/export_model.py and the sd_export package (python/sd_export) against the
+tiny conformance fixtures.
 
 Run from the repository root with Debian's python (the one with torch):
-    /usr/bin/python3 -m unittest discover -s tests/python -v
-Fixtures: $SD_FIXTURES, else tests/fixtures/tiny, else /work/shared/conformance/tiny.
+    PYTHONPATH=python /usr/bin/python3 -m unittest discover -s tests/python -v
+Fixtures: $SD_FIXTURES, else tests/fixtures/tiny, else ../shared/conformance/tiny beside the checkout.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -18,12 +18,13 @@ import unittest
 import numpy as np
 import torch
 
+from sd_export.safetensors_io import SafetensorsFile, encode_header, read_tensors
+from sd_export.stages import load_stage, weights_path  # exported stages with their weights
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPORT = os.path.join(REPO, "scripts", "export_model.py")
-SHARED_TINY = "/work/shared/conformance/tiny"
-SHARED_TINY2 = "/work/shared/conformance/tiny2"
-sys.path.insert(0, os.path.join(REPO, "models"))
-from stage_files import load_stage, read_weights, weights_path  # noqa: E402  (exported stages with their weights)
+SHARED_TINY = os.path.join(REPO, "..", "shared", "conformance", "tiny")
+SHARED_TINY2 = os.path.join(REPO, "..", "shared", "conformance", "tiny2")
 
 
 def fixtures_dir():
@@ -31,13 +32,6 @@ def fixtures_dir():
         if d and os.path.isfile(os.path.join(d, "tiny.safetensors")):
             return d
     raise unittest.SkipTest("no tiny fixtures found (set SD_FIXTURES)")
-
-
-def load_exporter():
-    spec = importlib.util.spec_from_file_location("export_model", EXPORT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_export(*args):
@@ -60,15 +54,11 @@ def max_abs(a, b):
 
 def rewrite_safetensors(src, dst, mutate):
     """Copy a safetensors file with its JSON header changed by mutate(header)."""
-    with open(src, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
+    with SafetensorsFile(src) as f:
+        header, data = f.header, f.data()
     mutate(header)
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
     with open(dst, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + data)
+        f.write(encode_header(header) + data)
 
 
 class ExportTinyTest(unittest.TestCase):
@@ -88,10 +78,7 @@ class ExportTinyTest(unittest.TestCase):
         assert r.returncode == 0, r.stderr
 
         # The repository carries no .ckpt: make one from the safetensors, as the fixture's was made.
-        exporter = load_exporter()
-        st = exporter.SafetensorsFile(cls.st_file)
-        cls.state_dict = {k: st.load(k) for k in list(st.keys())}
-        st.close()
+        cls.state_dict = read_tensors(cls.st_file)
         cls.ckpt_file = os.path.join(cls.tmp.name, "tiny.ckpt")
         torch.save({"state_dict": cls.state_dict}, cls.ckpt_file)
         cls.ckpt_dir = cls.tmpdir("ckpt")
@@ -221,7 +208,7 @@ class ExportTinyTest(unittest.TestCase):
             with open(weights_path(pt), "rb") as f:
                 (n,) = struct.unpack("<Q", f.read(8))
             self.assertEqual((8 + n) % 64, 0, "the data section starts 64-byte aligned")
-            stored = read_weights(weights_path(pt))
+            stored = read_tensors(weights_path(pt))
             loaded = dict(load_stage(pt).named_parameters())
             self.assertEqual(sorted(stored), sorted(loaded), stage)
             self.assertTrue(all(torch.equal(stored[k], loaded[k]) and loaded[k].numel() > 0 for k in loaded), stage)
@@ -262,8 +249,7 @@ class ExportTinyTest(unittest.TestCase):
         # The UNet/VAE layers of sd_modules: fp16 weights computed in fp32 give
         # the fp32 layer's result on the widened weights; conv_split and
         # ff_chunk run the same layer in pieces.
-        sys.path.insert(0, os.path.join(REPO, "models"))
-        import sd_modules
+        from sd_export import modules as sd_modules
         torch.manual_seed(0)
         conv = sd_modules.Conv2d(8, 24, 3, padding=1).eval()
         x = torch.randn(2, 8, 6, 6)

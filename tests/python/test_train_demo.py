@@ -11,6 +11,8 @@ import sys
 import tempfile
 import unittest
 
+from sd_export.safetensors_io import SafetensorsFile
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "scripts", "train_demo.py")
 EXPORT = os.path.join(REPO, "scripts", "export_model.py")
@@ -27,11 +29,12 @@ def train(out, seed):
 
 def digest(path):
     """The tensors of a .safetensors file (its metadata holds the run's wall time)."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        header.pop("__metadata__", None)
-        return hashlib.sha256(json.dumps(header, sort_keys=True).encode() + f.read()).hexdigest()
+    h = hashlib.sha256()
+    with SafetensorsFile(path) as f:
+        for name in sorted(f.keys()):
+            h.update(json.dumps([name, f.dtype_name(name), f.shape(name)]).encode())
+            h.update(f.load(name).numpy().tobytes())
+    return h.hexdigest()
 
 
 class TrainDemoInMiniature(unittest.TestCase):
@@ -51,13 +54,12 @@ class TrainDemoInMiniature(unittest.TestCase):
         out = self.runs["a"]
         for name in ("demo.safetensors", "v1-demo.yaml", "text_encoder.json", "train_log.json"):
             self.assertTrue(os.path.isfile(os.path.join(out, name)), name)
-        with open(os.path.join(out, "demo.safetensors"), "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(n))
-        prefixes = {k.split(".")[0] for k in header if k != "__metadata__"}
+        with SafetensorsFile(os.path.join(out, "demo.safetensors")) as f:
+            keys = set(f.keys())
+        prefixes = {k.split(".")[0] for k in keys}
         self.assertEqual(prefixes, {"model", "first_stage_model", "cond_stage_model"})
-        self.assertIn("model.diffusion_model.out.2.weight", header)
-        self.assertIn("cond_stage_model.transformer.text_model.embeddings.token_embedding.weight", header)
+        self.assertIn("model.diffusion_model.out.2.weight", keys)
+        self.assertIn("cond_stage_model.transformer.text_model.embeddings.token_embedding.weight", keys)
         with open(os.path.join(out, "train_log.json"), encoding="utf-8") as f:
             log = json.load(f)
         self.assertEqual(log["seed"], 3)

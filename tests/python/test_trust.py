@@ -17,12 +17,14 @@ import zipfile
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-import diffusers_writer  # noqa: E402
-import payloads  # noqa: E402
-from test_export import fixtures_dir, load_exporter, run_export  # noqa: E402
+import diffusers_writer
+import payloads
+from sd_export.checkpoints import open_weight_file
+from sd_export.configs import load_ldm_config, load_text_config
+from sd_export.safetensors_io import read_tensors
+from test_export import fixtures_dir, run_export
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 GEN = os.path.join(REPO, "scripts", "gen_op_allowlist.py")
 
@@ -74,12 +76,9 @@ class RefusedCheckpoints(unittest.TestCase):
         self.assert_payload_works(evil, "torch.load")
 
     def test_torchscript_bin_in_a_diffusers_folder(self):
-        exporter = load_exporter()
-        st = exporter.SafetensorsFile(os.path.join(self.fx, "tiny.safetensors"))
-        sd = {k: st.load(k) for k in list(st.keys())}
-        st.close()
-        ldm = exporter.load_ldm_config(os.path.join(self.fx, "v1-tiny.yaml"))
-        text = exporter.load_text_config(os.path.join(self.fx, "text_encoder.json"))
+        sd = read_tensors(os.path.join(self.fx, "tiny.safetensors"))
+        ldm = load_ldm_config(os.path.join(self.fx, "v1-tiny.yaml"))
+        text = load_text_config(os.path.join(self.fx, "text_encoder.json"))
         folder = os.path.join(self.tmp, "diffusers")
         diffusers_writer.write_diffusers(sd, ldm, text, folder, "bin")
         bin_file = os.path.join(folder, "unet", "diffusion_pytorch_model.bin")
@@ -112,12 +111,11 @@ class RefusedCheckpoints(unittest.TestCase):
                 self.assert_refused(path, extra)
 
     def test_plain_and_legacy_pickles_still_load(self):
-        exporter = load_exporter()
         for zip_format in (True, False):
             with self.subTest(zip_format=zip_format):
                 path = os.path.join(self.tmp, f"plain-{zip_format}.ckpt")
                 torch.save({"state_dict": {"w": torch.ones(3)}}, path, _use_new_zipfile_serialization=zip_format)
-                ckpt = exporter.open_weight_file(path)
+                ckpt = open_weight_file(path)
                 self.assertEqual(list(ckpt.keys()), ["w"])
                 self.assertEqual(ckpt.shape("w"), (3,))
 
@@ -129,8 +127,7 @@ class OperationList(unittest.TestCase):
                          "writes now (run it and commit the file):\n" + r.stderr)
 
     def test_model_folder_payload_is_outside_the_list(self):
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
-        import gen_op_allowlist
+        import gen_op_allowlist  # scripts/ (on PYTHONPATH)
         with tempfile.TemporaryDirectory() as tmp:
             pt = os.path.join(tmp, "unet.pt")
             payloads.write(os.path.join(tmp, "marker"), pt)

@@ -1,7 +1,7 @@
 """Reading a diffusers folder (model_index.json, unet/, vae/, text_encoder/, tokenizer/,
-scheduler/) onto the modules of sd_modules.py.
+scheduler/) onto the modules of modules.py.
 
-The configs become the export script's unet / vae / text / schedule settings, and each
+The configs become the export's unet / vae / text / schedule settings, and each
 module weight (CompVis-ldm name, as the modules use) is looked up under its diffusers
 name.  Nothing here imports torch.
 """
@@ -52,7 +52,7 @@ def weight_file(folder, part):
 
 
 def unet_settings(cfg, where):
-    """UNet2DConditionModel config -> sd_modules.UNetModel arguments."""
+    """UNet2DConditionModel config -> modules.UNetModel arguments."""
     for key in ("class_embed_type", "addition_embed_type", "encoder_hid_dim"):
         if cfg.get(key):
             raise LayoutError(f"{where}: unsupported UNet option {key}={cfg[key]!r} (SDXL or another family?)")
@@ -93,7 +93,7 @@ def unet_settings(cfg, where):
 
 
 def vae_settings(cfg, where):
-    """AutoencoderKL config -> sd_modules.VAEDecoder arguments, and its scaling factor."""
+    """AutoencoderKL config -> modules.VAEDecoder arguments, and its scaling factor."""
     try:
         boc = [int(c) for c in cfg["block_out_channels"]]
         if any("Attn" in t for t in cfg.get("up_block_types", [])):
@@ -177,7 +177,7 @@ def _resnet(rest):
 
 
 def unet_key(key, num_res_blocks):
-    """diffusers name of an sd_modules.UNetModel weight (ldm name)."""
+    """diffusers name of an modules.UNetModel weight (ldm name)."""
     per_level = num_res_blocks + 1
     fixed = {"time_embed.0.": "time_embedding.linear_1.", "time_embed.2.": "time_embedding.linear_2.",
              "input_blocks.0.0.": "conv_in.", "out.0.": "conv_norm_out.", "out.2.": "conv_out."}
@@ -223,7 +223,7 @@ def _vae_attention(rest, old_names):
 
 
 def vae_key(key, levels, old_attention_names=False):
-    """diffusers name of an sd_modules.VAEDecoder weight (ldm name, decoder side only)."""
+    """diffusers name of an modules.VAEDecoder weight (ldm name, decoder side only)."""
     if key.startswith("post_quant_conv."):
         return key
     if not key.startswith("decoder."):

@@ -4,7 +4,7 @@ Three exportable modules, each with the state-dict names of the CompVis checkpoi
 below its prefix so that weights load by name:
 
 * ``TextEncoder``  <- ``cond_stage_model.transformer.``  (HF CLIPTextModel names; SD 2.x's
-  OpenCLIP text tower is the same network, its weights are renamed by the export script,
+  OpenCLIP text tower is the same network, its weights are renamed by the export (keymaps),
   and only the layers SD uses are built: 23 of 24 for "penultimate")
 * ``UNetModel``    <- ``model.diffusion_model.``
 * ``VAEDecoder``   <- ``first_stage_model.``  (post_quant_conv + decoder; no encoder)
@@ -665,3 +665,24 @@ class VAEDecoder(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.post_quant_conv(z))
+
+
+# --------------------------------------------------------------------------- TorchScript names
+
+# TorchScript names each class and function after its __module__: exports name them
+# __torch__.sd_modules.* (this file was models/sd_modules.py), and model folders already
+# written, and the CLI's list of accepted names (src/io/op_allowlist.inc), carry that name.
+# So they keep it; TorchScript then reads a class's source through sys.modules["sd_modules"].
+TORCHSCRIPT_MODULE = "sd_modules"
+
+
+def _keep_torchscript_names():
+    import inspect
+    import sys
+    for value in list(globals().values()):
+        if (inspect.isclass(value) or inspect.isfunction(value)) and value.__module__ == __name__:
+            value.__module__ = TORCHSCRIPT_MODULE
+    sys.modules.setdefault(TORCHSCRIPT_MODULE, sys.modules[__name__])
+
+
+_keep_torchscript_names()

@@ -1,0 +1,16 @@
+"""The export side of sd-txt2img: a Stable Diffusion 1.x / 2.x checkpoint (.safetensors,
+.ckpt, or a diffusers folder) to the model folder the C++ program reads
+(docs/model-format.md).  scripts/export_model.py is its command.
+
+    report          one-line errors and progress
+    configs         family, sizes and schedule (LDM yaml, text config, checkpoint shapes)
+    safetensors_io  the one .safetensors reader and writer
+    checkpoints     the checkpoint readers (.safetensors, checked .ckpt/.bin, diffusers folder)
+    diffusers_layout  a diffusers folder's configs and weight names
+    keymaps         checkpoint key names -> our modules' weights
+    modules         the TorchScript modules (text encoder, UNet, VAE decoder)
+    weights         the modules built and filled (checkpoint or random)
+    stages          the model folder: STAGE.pt + STAGE.weights, tokenizer, model.json
+    export          the export from arguments to folder
+    cli             the command line (main)
+"""

@@ -1,0 +1,183 @@
+"""The checkpoint readers, each handing out tensors by key (keys, shape, is_float,
+dtype_name, load, close): .safetensors files (safetensors_io), torch.save files (.ckpt,
+.bin: zip archives checked record by record before torch.load, so that a TorchScript
+archive is refused before any of its code can run, or legacy pickles; both loaded with
+weights_only=True), and a diffusers folder's three weight files read as one checkpoint."""
+
+import os
+
+from .report import ExportError, one_line
+from .safetensors_io import SafetensorsFile
+
+# Key prefixes of a diffusers folder's three weight files, once read as one checkpoint.
+DIFFUSERS_PARTS = {"unet": "unet/", "vae": "vae/", "text_encoder": "text_encoder/"}
+
+
+# The records torch.save writes into a zip checkpoint of plain tensors (names inside the
+# archive's one folder): the pickle, its tensors' storages, and format markers (byteorder
+# since torch 2.1, .data/serialization_id since 2.2).
+PLAIN_RECORDS = {"data.pkl", "version", "byteorder", ".data/serialization_id"}
+# Records that only a TorchScript archive (torch.jit.save) has.
+TORCHSCRIPT_RECORDS = ("code/", "constants.pkl", ".data/version", "extra/", "bytecode.pkl")
+
+
+def unexpected_record(records):
+    """The first record of a zip checkpoint that is not part of a plain tensor pickle
+    (record names without the archive's folder), or None."""
+    if "data.pkl" not in records:
+        return "(no data.pkl)"
+    for name in records:
+        storage = name.startswith("data/") and len(name) > 5 and "/" not in name[5:]
+        if name not in PLAIN_RECORDS and not storage:
+            return name
+    return None
+
+
+def refuse_record(path, name):
+    if any(name.startswith(r) if r.endswith("/") else name == r for r in TORCHSCRIPT_RECORDS):
+        return ExportError(f"{path} is a TorchScript program (it has {name}), not a checkpoint of plain tensors; "
+                           f"refusing to load it, since loading would run its code (see README \"Security\")")
+    return ExportError(f"{path} is not a plain tensor checkpoint (unexpected archive entry {name}); refusing "
+                       f"to load it (see README \"Security\")")
+
+
+def check_zip_checkpoint(path):
+    """torch.load(weights_only=True) hands a zip with TorchScript records to torch.jit.load,
+    which runs the archive's code (a scripted __setstate__) before any check: so a zip
+    checkpoint must hold exactly what torch.save writes for plain tensors. Read with
+    zipfile, without torch."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise ExportError(f"cannot load {path} as a PyTorch checkpoint (corrupt or truncated zip archive: "
+                          f"{one_line(e)})")
+    folder = names[0].split("/", 1)[0] + "/" if names else ""
+    records = []
+    for name in names:
+        if not name.startswith(folder) or name == folder:
+            raise refuse_record(path, name)
+        records.append(name[len(folder):])
+    if len(set(records)) != len(records):
+        raise refuse_record(path, next(r for r in records if records.count(r) > 1) + " (twice)")
+    bad = unexpected_record(records)
+    if bad:
+        raise refuse_record(path, bad)
+
+
+class TorchCheckpoint:
+    """A .ckpt (torch.save) file, loaded with weights_only=True; tensors handed out once each.
+    A zip archive is first checked to be a plain tensor pickle (check_zip_checkpoint)."""
+
+    def __init__(self, path):
+        try:
+            with open(path, "rb") as f:
+                is_zip = f.read(2) == b"PK"
+        except OSError as e:
+            raise ExportError(f"cannot read {path}: {e.strerror or one_line(e)}")
+        if is_zip:
+            check_zip_checkpoint(path)
+        import torch
+        self.path = path
+        try:
+            if is_zip:
+                # The same check on the records as torch's own zip reader lists them: the one
+                # torch.load asks whether the archive is TorchScript.
+                bad = unexpected_record(torch._C.PyTorchFileReader(path).get_all_records())
+                if bad:
+                    raise refuse_record(path, bad)
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except OSError as e:
+            raise ExportError(f"cannot read {path}: {e.strerror or one_line(e)}")
+        except ExportError:
+            raise
+        except Exception as e:  # torch raises many types for corrupt or unsafe pickles
+            raise ExportError(f"cannot load {path} as a PyTorch checkpoint (corrupt, truncated, or not loadable "
+                              f"with weights_only=True): {one_line(e)}")
+        if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+            obj = obj["state_dict"]
+        if not isinstance(obj, dict):
+            raise ExportError(f"{path} does not contain a state dict")
+        self.sd = {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
+
+    def keys(self):
+        return self.sd.keys()
+
+    def shape(self, key):
+        return tuple(self.sd[key].shape)
+
+    def is_float(self, key):
+        return self.sd[key].is_floating_point()
+
+    def dtype_name(self, key):
+        return str(self.sd[key].dtype).replace("torch.", "")
+
+    def load(self, key):
+        # pop: the checkpoint's copy goes away as soon as the model owns the weights.
+        return self.sd.pop(key)
+
+    def close(self):
+        self.sd.clear()
+
+
+class DiffusersCheckpoint:
+    """A diffusers folder's unet, vae and text_encoder weight files read as one checkpoint,
+    their keys prefixed with "unet/", "vae/" and "text_encoder/"."""
+
+    def __init__(self, path, files):
+        self.path = path
+        self.parts = {DIFFUSERS_PARTS[part]: open_weight_file(f) for part, f in files.items()}
+
+    def _split(self, key):
+        prefix, _, rest = key.partition("/")
+        return self.parts[prefix + "/"], rest
+
+    def keys(self):
+        return [prefix + k for prefix, f in self.parts.items() for k in f.keys()]
+
+    def shape(self, key):
+        f, k = self._split(key)
+        return f.shape(k)
+
+    def is_float(self, key):
+        f, k = self._split(key)
+        return f.is_float(k)
+
+    def dtype_name(self, key):
+        f, k = self._split(key)
+        return f.dtype_name(k)
+
+    def load(self, key):
+        f, k = self._split(key)
+        return f.load(k)
+
+    def close(self):
+        for f in self.parts.values():
+            f.close()
+
+
+def open_weight_file(path):
+    if not os.path.exists(path):
+        raise ExportError(f"checkpoint {path} does not exist")
+    if path.lower().endswith(".safetensors"):
+        return SafetensorsFile(path)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ExportError(f"cannot open {path}: {e.strerror or e}")
+    # zip (torch.save) or a legacy pickle; anything else is tried as safetensors.
+    if magic.startswith(b"PK") or magic[:1] == b"\x80" or not magic:
+        return TorchCheckpoint(path)
+    return SafetensorsFile(path)
+
+
+def open_checkpoint(path, folder=None):
+    """A single-file checkpoint, or the weights of a diffusers folder (folder = its read_folder())."""
+    if folder is not None:
+        return DiffusersCheckpoint(path, folder["files"])
+    if os.path.isdir(path):
+        raise ExportError(f"{path} is a directory but not a diffusers folder (no model_index.json)")
+    return open_weight_file(path)
+

@@ -1,0 +1,62 @@
+"""The export_model.py command: its arguments, and main(), which turns every failure into
+one line `export_model.py: error: ...` and exit status 1."""
+
+import argparse
+import warnings
+
+from .export import export
+from .report import PROG, ExportError, one_line, say
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog=PROG, description="Export a Stable Diffusion 1.x or 2.x checkpoint "
+                                "(.safetensors, .ckpt or a diffusers folder) to TorchScript files for the C++ program.")
+    p.add_argument("checkpoint", nargs="?", help="single-file .safetensors / .ckpt, or a diffusers folder")
+    p.add_argument("--out", required=True, help="output model directory")
+    p.add_argument("--config", help="LDM config yaml (v1-inference.yaml / v2-inference-v.yaml schema); "
+                   "default: SD 1.x or 2.x sizes, detected from the checkpoint")
+    p.add_argument("--text-config", help="text encoder sizes json; default: CLIP ViT-L/14 text (SD 1.x), "
+                   "OpenCLIP ViT-H/14 text (SD 2.x)")
+    p.add_argument("--tokenizer", help="directory with vocab.json and merges.txt; default: models/clip/ "
+                   "(a diffusers folder's tokenizer/)")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                   help="storage dtype of the weights in the .pt files (default float32)")
+    p.add_argument("--parameterization", choices=("eps", "v"),
+                   help="what the UNet predicts; default: from the config or scheduler, else assumed "
+                   "(SD 1.x: eps; SD 2.x: v, or eps when the file name says 512 or base)")
+    p.add_argument("--guidance-scale", type=float,
+                   help="the guidance scale the model is meant for: the CLI's --scale default for it "
+                   "(default: none recorded, so the CLI's 7.5)")
+    p.add_argument("--random-init", action="store_true",
+                   help="random weights instead of a checkpoint (for tests and performance work)")
+    p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
+    args = p.parse_args(argv)
+    if args.random_init and args.checkpoint:
+        p.error("give either CHECKPOINT or --random-init, not both")
+    if args.guidance_scale is not None and not (0 < args.guidance_scale <= 100):
+        p.error("--guidance-scale must be above 0 and at most 100")
+    if not args.random_init and not args.checkpoint:
+        p.error("CHECKPOINT is required (or --random-init)")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    warnings.simplefilter("ignore")  # keep stderr to the summary or the one error line
+    try:
+        export(args)
+    except ExportError as e:
+        say(f"{PROG}: error: {e}")
+        return 1
+    except MemoryError:
+        say(f"{PROG}: error: out of memory while exporting {args.checkpoint or 'the random model'}")
+        return 1
+    except KeyboardInterrupt:
+        say(f"{PROG}: error: interrupted")
+        return 1
+    except Exception as e:  # anything unforeseen still ends in one line
+        say(f"{PROG}: error: exporting {args.checkpoint or 'the random model'} failed: "
+            f"{type(e).__name__}: {one_line(e)}")
+        return 1
+    return 0
+

@@ -1,0 +1,7 @@
+"""Makes the repository's python/ folder (the sd_export package) importable for the
+commands in scripts/: the one place that changes the module search path."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
