@@ -121,6 +121,7 @@ nlohmann::ordered_json image_json(const sd::ImageRecord& r) {
     j["line"] = item.line > 0 ? nlohmann::ordered_json(item.line) : nlohmann::ordered_json(nullptr);
     j["steps"] = item.settings.steps;
     j["sampler"] = item.settings.sampler;
+    j["schedule"] = item.settings.schedule;
     j["scale"] = item.settings.scale;
     j["width"] = item.settings.width;
     j["height"] = item.settings.height;
@@ -165,7 +166,7 @@ std::optional<int> parse_tiling(const std::string& v) {
 struct Flags {
     std::string model_dir = SD_DEFAULT_MODEL_DIR;
     std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, shard;
-    std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis";
+    std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis", prompt_syntax = "a1111";
     bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false;
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
@@ -179,6 +180,10 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--prompt", f.prompt, "the prompt");
     app.add_option("--from-file", f.from_file,
                    "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
+    app.add_option("--prompt-syntax", f.prompt_syntax,
+                   "a1111: (weights), [less], BREAK and prompts over 75 tokens in more windows; "
+                   "plain: CompVis exactly (plain text, cut at 77 tokens)")
+        ->capture_default_str();
     app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
     app.add_option("--seed", f.seed, "seed, 0 to 18446744073709551615")->capture_default_str();
@@ -253,6 +258,13 @@ void print_token_ids(const CLI::App& app, const Flags& f) {
     print_tokens(sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path), texts, cfg);
 }
 
+// plain: what CompVis's script encodes, the text as it is in one window cut at 77 tokens.
+void use_prompt_syntax(Flags& f) {
+    if (f.prompt_syntax != "a1111" && f.prompt_syntax != "plain")
+        throw sd::Error("--prompt-syntax must be a1111 or plain, got \"" + f.prompt_syntax + "\"");
+    f.job.settings.long_prompts = f.job.settings.prompt_weights = f.prompt_syntax == "a1111";
+}
+
 // The run's settings from the flags, checked before any model loads.
 void settle_job(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
@@ -262,6 +274,7 @@ void settle_job(const CLI::App& app, Flags& f) {
     if (f.seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
     else if (f.seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
     else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + f.seed_mode + "\"");
+    use_prompt_syntax(f);
     if (!f.shard.empty()) job.shard = parse_shard(f.shard);
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
@@ -307,6 +320,15 @@ int generate(sd::Pipeline& pipeline, const Flags& f, sd::ProgressDisplay& progre
         progress.clear();
         ++written;  // the image is on disk whatever happens to its line
         print_data_line(f.json ? image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : r.path);
+    };
+    events.grid_written = [&](const std::string& path, const std::string& parameters, int images) {
+        progress.clear();
+        nlohmann::ordered_json j;
+        j["path"] = path;
+        j["grid"] = true;
+        j["images"] = images;
+        j["parameters"] = parameters;
+        print_data_line(f.json ? j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : path);
     };
     events.progress = [&](const sd::ProgressInfo& p) { progress.update(p); };
     events.note = [&](const std::string& text) {
@@ -354,6 +376,7 @@ int main(int argc, char** argv) {
     int written = 0;
     try {
         read_prompts(app, f);
+        use_prompt_syntax(f);
         if (f.tokenize) {
             print_token_ids(app, f);
             return 0;

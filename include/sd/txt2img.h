@@ -78,7 +78,9 @@ struct Txt2ImgEvents {
     std::function<void(const ImageRecord&)> image_written;
     std::function<void(const ProgressInfo&)> progress;
     std::function<bool()> stop_requested;  // checked between sampler steps and between batches
-    std::function<void(const std::string&)> note;  // informational messages (skipped files, grid)
+    std::function<void(const std::string&)> note;  // informational messages (skipped files)
+    // The --grid image: its path, its "parameters" text and how many images it shows.
+    std::function<void(const std::string& path, const std::string& parameters, int images)> grid_written;
 };
 
 struct Txt2ImgResult {

@@ -35,6 +35,7 @@ void set_negative_prompt(S& settings, const std::string& negative, const std::st
 
 bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
     return a.negative_prompt == b.negative_prompt && a.settings.sampler == b.settings.sampler &&
+           a.settings.schedule == b.settings.schedule && a.settings.prompt_weights == b.settings.prompt_weights &&
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
            a.seed == b.seed;
@@ -54,6 +55,7 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.height) item.settings.height = *o.height;
     if (o.width) item.settings.width = *o.width;
     if (o.sampler) item.settings.sampler = *o.sampler;
+    if (o.schedule) item.settings.schedule = *o.schedule;
     item.n_iter = o.n_iter.value_or(job.n_iter);
     item.seed = o.seed;
     if (item.seed && job.seed_mode != SeedMode::per_image)
@@ -141,6 +143,8 @@ std::string parameters_text(const PromptItem& item, uint64_t seed, SeedMode mode
             ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(seed) +
             ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
             ", Model: " + model + ", Seed mode: " + seed_mode_name(mode) + ", Image index: " + std::to_string(index);
+    // AUTOMATIC1111's syntax is the default; the other reading changes the image, so it is recorded.
+    if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";
     return text;
 }
 

@@ -187,8 +187,13 @@ struct Extras {
     std::vector<float> latents;
     std::vector<int64_t> latent_shape;
     std::vector<Image> grid_images;
+    std::string grid_parameters;  // the first image's, as AUTOMATIC1111 labels its grids
 
-    void add(const Txt2ImgJob& job, const BatchOutput& out) {
+    void add(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out) {
+        if (job.grid && grid_parameters.empty()) {
+            const PlannedImage& first = batch.images.front();
+            grid_parameters = parameters_text(plan.items[first.item], first.seed, job.seed_mode, first.index, job.model_name);
+        }
         if (!job.save_latents.empty()) {
             latents.insert(latents.end(), out.latents.begin(), out.latents.end());
             if (latent_shape.empty()) latent_shape = out.latent_shape;
@@ -213,8 +218,9 @@ struct Extras {
             char name[32];
             std::snprintf(name, sizeof name, "grid-%04d.png", g);
             const std::string path = join_path(job.outdir, name);
-            if (save_png_new(path, grid)) {
-                if (events.note) events.note("grid: " + path);
+            const std::string text = grid_parameters + ", Grid images: " + std::to_string(grid_images.size());
+            if (save_png_new(path, grid, text)) {
+                if (events.grid_written) events.grid_written(path, text, static_cast<int>(grid_images.size()));
                 return;
             }
         }
@@ -263,7 +269,7 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
         }
         const double seconds = clock.end_batch();
         write_batch(job, plan, batch, out, seconds, next_number, events, result);
-        extras.add(job, out);
+        extras.add(job, plan, batch, out);
     }
     // An interrupted run leaves only whole images; the latents and the grid would be partial.
     if (result.interrupted) return result;

@@ -181,10 +181,17 @@ TEST(Batch, SevenPromptsThreeSamplesThreeIterationsGive21Images) {
     const std::string dir = sdtest::temp_dir();
     auto r = sdtest::run(plus(fast_args(dir + "/out"),
                               {"--from-file", seven_prompts_file(dir), "--n_samples", "3", "--n_iter", "3", "--json",
-                               "--save-latents", dir + "/l.npy"}));
+                               "--save-latents", dir + "/l.npy", "--grid"}));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto out = sdtest::lines(r.out);
-    ASSERT_EQ(out.size(), 21u);
+    ASSERT_EQ(out.size(), 22u);
+    // The last record is the grid's.
+    json grid = json::parse(out.back());
+    out.pop_back();
+    EXPECT_EQ(grid["path"], dir + "/out/grid-0000.png");
+    EXPECT_EQ(grid["grid"], true);
+    EXPECT_EQ(grid["images"], 21);
+    EXPECT_EQ(sd::png_read_text(read_bytes(grid["path"]))["parameters"], grid["parameters"].get<std::string>());
     const std::vector<std::string> prompts = {"a red fox", "a blue bird", "a green frog", "un café au lait, 猫",
                                               "a yellow sun", "a purple cow", "a white swan"};
     const std::vector<int> file_lines = {1, 4, 5, 6, 7, 9, 10};
@@ -213,7 +220,7 @@ TEST(Batch, SevenPromptsThreeSamplesThreeIterationsGive21Images) {
         EXPECT_EQ(img.width, 64);
     }
     EXPECT_EQ(paths.size(), 21u);
-    EXPECT_EQ(files_of(dir + "/out").size(), 21u);  // nothing else left there
+    EXPECT_EQ(files_of(dir + "/out").size(), 22u);  // the grid, nothing else left there
     // The batches, as the progress lines show them.
     for (const char* b : {"images 1-3/21", "images 4-6/21", "image 7/21  step", "images 8-10/21", "image 21/21  step 4/4"})
         EXPECT_NE(r.err.find(b), std::string::npos) << b << "\n" << r.err;
@@ -231,12 +238,18 @@ TEST(Batch, PromptsFromStdin) {
 
 TEST(Batch, JsonlOverridesReachTheImages) {
     auto r = run_jsonl("{\"prompt\": \"wide\", \"W\": 96, \"steps\": 2, \"sampler\": \"ddim\", \"scale\": 3}\n"
-                       "{\"prompt\": \"tall\", \"H\": 96, \"n_iter\": 2}\n",
-                       {"--json"});
+                       "{\"prompt\": \"tall\", \"H\": 96, \"n_iter\": 2}\n"
+                       "{\"prompt\": \"karras\", \"sampler\": \"euler\", \"schedule\": \"karras\", \"steps\": 2, \"n_iter\": 1}\n",
+                       {"--json", "--grid"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto out = sdtest::lines(r.out);
-    ASSERT_EQ(out.size(), 3u);
-    json a = json::parse(out[0]), b = json::parse(out[1]), c = json::parse(out[2]);
+    ASSERT_EQ(out.size(), 4u) << r.out;  // no grid: the sizes differ
+    json k = json::parse(out[2]);
+    EXPECT_EQ(k["prompt"], "karras");
+    EXPECT_EQ(k["schedule"], "karras");
+    EXPECT_EQ(k["sampler"], "euler");
+    EXPECT_EQ(json::parse(out[0])["schedule"], "default");
+    json a = json::parse(out[0]), b = json::parse(out[1]), c = json::parse(out[3]);  // the second iteration
     EXPECT_EQ(a["size"], "96x64");
     EXPECT_EQ(a["sampler"], "ddim");
     EXPECT_EQ(a["steps"], 2);
@@ -284,11 +297,17 @@ TEST(Batch, NamePatternAndGrid) {
                               {"--quiet", "--seed-mode", "per-image", "--name", "{index}-{seed}-{prompt}", "--prompt",
                                "a red/blue cat", "--n_samples", "2", "--n_iter", "2", "--grid"}));
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    // The grid is a written image too: its path is the last line of stdout (also with --quiet).
     EXPECT_EQ(r.out, dir + "/00000-42-a_red_blue_cat.png\n" + dir + "/00001-43-a_red_blue_cat.png\n" + dir +
-                         "/00002-44-a_red_blue_cat.png\n" + dir + "/00003-45-a_red_blue_cat.png\n");
+                         "/00002-44-a_red_blue_cat.png\n" + dir + "/00003-45-a_red_blue_cat.png\n" + dir +
+                         "/grid-0000.png\n");
     auto grid = sd::read_png(dir + "/grid-0000.png");
     EXPECT_EQ(grid.width, 2 * 66 + 2);
     EXPECT_EQ(grid.height, 2 * 66 + 2);
+    // Its metadata: the first image's, as AUTOMATIC1111 labels a grid, and how many images it shows.
+    const std::string grid_text = sd::png_read_text(read_bytes(dir + "/grid-0000.png"))["parameters"];
+    const std::string first_text = sd::png_read_text(read_bytes(dir + "/00000-42-a_red_blue_cat.png"))["parameters"];
+    EXPECT_EQ(grid_text, first_text + ", Grid images: 4");
     // A second run with the same names refuses to replace them.
     auto again = sdtest::run(plus(fast_args(dir), {"--quiet", "--seed-mode", "per-image", "--name", "{index}-{seed}-{prompt}",
                                                    "--prompt", "a red/blue cat"}));
@@ -524,6 +543,15 @@ TEST(BadBatchInput, JsonlSizeTheModelCannotTake) {
 
 TEST(BadBatchInput, JsonlUnknownSampler) {
     expect_input_error(run_jsonl("{\"prompt\": \"a\", \"sampler\": \"heun9\"}\n"), "p.jsonl:1: unknown sampler 'heun9'");
+}
+
+TEST(BadBatchInput, JsonlUnknownSchedule) {
+    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"sampler\": \"euler\", \"schedule\": \"krras\"}\n"),
+                       "p.jsonl:1: unknown schedule 'krras'");
+}
+
+TEST(BadBatchInput, JsonlScheduleWithACompvisSampler) {
+    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"schedule\": \"karras\"}\n"), "p.jsonl:1: --schedule karras applies to");
 }
 
 TEST(BadBatchInput, JsonlSeedWithCompvisSeeds) {

@@ -54,6 +54,35 @@ TEST(Tokenize, AllFixtureCasesExactThroughCli) {
     std::cerr << "all: " << cases.size() - failed << "/" << cases.size() << " exact\n";
 }
 
+// --prompt-syntax plain is CompVis's reading: prompts over 75 tokens are cut to one
+// 77-token window, exactly the reference tokenizer's ids for the cases it truncated.
+TEST(Tokenize, PlainSyntaxCutsLongPromptsToTheReferenceIds) {
+    const std::string cases_path = sdtest::env("SD_SOURCE_DIR") + "/tests/fixtures/tokenizer/cases.jsonl";
+    std::vector<json> truncated;
+    for (const auto& l : sdtest::lines(sdtest::read_text(cases_path))) {
+        if (l.empty()) continue;
+        json c = json::parse(l);
+        for (const auto& f : c["flags"])
+            if (f == "truncated") truncated.push_back(c);
+    }
+    ASSERT_GE(truncated.size(), 5u);
+    std::string prompts;
+    for (const auto& c : truncated) prompts += json{{"prompt", c["prompt"]}}.dump() + "\n";
+    const std::string file = sdtest::temp_dir() + "/long.jsonl";
+    sdtest::write_text(file, prompts);
+    auto r = run({sdtest::cli(), "--prompt-syntax", "plain", "--tokenize", "--from-file", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto out = sdtest::lines(r.out);
+    ASSERT_EQ(out.size(), truncated.size());
+    for (size_t i = 0; i < truncated.size(); ++i) {
+        const auto& c = truncated[i];
+        EXPECT_EQ(json::parse(out[i]), c.contains("ids_hf") ? c["ids_hf"] : c["ids"]) << c["prompt"].dump();
+    }
+    auto bad = run({sdtest::cli(), "--prompt-syntax", "compvis", "--tokenize", "--prompt", "a"});
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_EQ(bad.err, "sd-txt2img: error: --prompt-syntax must be a1111 or plain, got \"compvis\"\n");
+}
+
 TEST(Tokenize, PromptOptionPrintsOneLineOf77Ids) {
     auto r = run({sdtest::cli(), "--tokenize", "--prompt", ""});
     ASSERT_EQ(r.exit_code, 0) << r.err;
