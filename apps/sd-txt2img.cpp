@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,14 +19,19 @@
 
 #include "sd/engine.h"
 #include "sd/error.h"
+#include "sd/from_png.h"
 #include "sd/progress.h"
 #include "sd/prompts.h"
 #include "sd/tokenizer.h"
 #include "sd/txt2img.h"
 #include "sd/value_rules.h"
+#include "sd/version.h"
 
 #ifndef SD_DEFAULT_MODEL_DIR
 #define SD_DEFAULT_MODEL_DIR "models/demo"
+#endif
+#ifndef SD_TORCH_VERSION
+#define SD_TORCH_VERSION "unknown"
 #endif
 #ifndef SD_DEFAULT_CLIP_DIR
 #define SD_DEFAULT_CLIP_DIR "models/clip"
@@ -167,7 +173,8 @@ struct Flags {
     std::string model_dir = SD_DEFAULT_MODEL_DIR;
     std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, shard;
     std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis", prompt_syntax = "a1111";
-    bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false;
+    bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false, version = false;
+    std::vector<std::string> from_png;
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
@@ -184,9 +191,12 @@ void add_flags(CLI::App& app, Flags& f) {
                    "a1111: (weights), [less], BREAK and prompts over 75 tokens in more windows; "
                    "plain: CompVis exactly (plain text, cut at 77 tokens)")
         ->capture_default_str();
+    app.add_option("--from-png", f.from_png,
+                   "remake the images these PNGs record (their parameters text); flags given as well override it")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
-    app.add_option("--seed", f.seed, "seed, 0 to 18446744073709551615")->capture_default_str();
+    app.add_option("--seed", f.seed, "seed, 0 to 18446744073709551615, or -1 for a random one (recorded)")->capture_default_str();
     app.add_option("--seed-mode", f.seed_mode,
                    "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
         ->capture_default_str();
@@ -222,6 +232,7 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
     app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
+    app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
 }
 
 // The prompts of --prompt or --from-file into the job.
@@ -229,6 +240,7 @@ void read_prompts(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     const bool have_prompt = app.count("--prompt") > 0;
     if (have_prompt && !f.from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
+    if (!f.from_png.empty() && !f.from_file.empty()) throw sd::Error("give either --from-png or --from-file, not both");
     if (!f.from_file.empty()) {
         job.prompts = sd::read_prompt_file(f.from_file);
         job.from_file = true;
@@ -237,6 +249,8 @@ void read_prompts(const CLI::App& app, Flags& f) {
         sd::PromptLine line;
         line.prompt = f.prompt;
         job.prompts.push_back(line);
+    } else if (!f.from_png.empty()) {
+        job.prompts.emplace_back();  // each PNG's own prompt replaces it
     } else {
         throw sd::Error("no prompt given (use --prompt \"...\" or --from-file FILE)");
     }
@@ -269,7 +283,14 @@ void use_prompt_syntax(Flags& f) {
 void settle_job(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     job.settings.sampler = f.plms ? sd::default_sampler() : f.sampler;
-    job.seed = sd::parse_seed("--seed", f.seed);
+    if (f.seed == "-1") {
+        // A random seed, recorded like any other (JSON line, PNG text, and here).
+        std::random_device rd;
+        job.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
+        if (!f.quiet) std::cerr << "sd-txt2img: seed " << job.seed << std::endl;
+    } else {
+        job.seed = sd::parse_seed("--seed", f.seed);
+    }
     check_numeric_flags(app, job, f.batch_size, f.threads);
     if (f.seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
     else if (f.seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
@@ -309,9 +330,59 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
     job.model_name = model_name(pipeline.config(), f.model_dir);
 }
 
+// The job that remakes the image a PNG records: its settings, except those the flags give.
+sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::string& path) {
+    const sd::RecordedImage rec = sd::read_recorded_image(path);
+    auto given = [&](const char* flag) { return app.count(flag) > 0; };
+    sd::Txt2ImgJob job = f.job;
+    sd::PromptLine line;
+    line.prompt = given("--prompt") ? f.prompt : rec.prompt;
+    job.prompts = {line};
+    job.from_file = false;
+    if (!given("--n_iter")) job.n_iter = 1;
+    if (!given("--negative-prompt")) job.negative_prompt = rec.negative_prompt;
+    if (rec.steps && !given("--steps")) job.settings.steps = *rec.steps;
+    if (rec.sampler && !given("--sampler") && !f.plms) job.settings.sampler = *rec.sampler;
+    if (!given("--schedule")) job.settings.schedule = rec.schedule.value_or("default");
+    if (rec.scale && !given("--scale")) job.settings.scale = *rec.scale;
+    if (rec.width && !given("--W")) job.settings.width = *rec.width;
+    if (rec.height && !given("--H")) job.settings.height = *rec.height;
+    if (!given("--prompt-syntax"))
+        job.settings.long_prompts = job.settings.prompt_weights = rec.prompt_syntax.value_or("a1111") == "a1111";
+    if (rec.seed_mode && !given("--seed-mode"))
+        job.seed_mode = *rec.seed_mode == "per-image" ? sd::SeedMode::per_image : sd::SeedMode::compvis;
+    const uint64_t seed = given("--seed") ? job.seed : rec.seed.value_or(job.seed);
+    if (job.seed_mode == sd::SeedMode::per_image) {
+        // Image i of a per-image run is seeded seed + i: keep its index, and so its text.
+        job.first_index = rec.index.value_or(0);
+        job.seed = seed - static_cast<uint64_t>(job.first_index);
+        if (!given("--n_samples")) job.n_samples = 1;
+    } else {
+        // compvis: the image is one slice of its batch's noise, drawn from the run's seed.
+        if (rec.batch_number.value_or(0) > 0)
+            throw sd::Error(path + ": this image is from batch " + std::to_string(*rec.batch_number) +
+                            " of a compvis run, whose noise depends on every batch before it; only a first batch's "
+                            "images can be remade alone (--seed-mode per-image makes every image remakable)");
+        job.seed = seed;
+        if (!given("--n_samples")) job.n_samples = rec.batch_size.value_or(1);
+        job.keep_position = rec.batch_position.value_or(0);
+        if (*job.keep_position >= job.n_samples)
+            throw sd::Error(path + ": batch position " + std::to_string(*job.keep_position) + " is not within --n_samples " +
+                            std::to_string(job.n_samples));
+    }
+    if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
+        std::cerr << "sd-txt2img: note: " << path << " was made with model " << rec.model << ", remaking it with "
+                  << job.model_name << std::endl;
+    try {
+        sd::check_job(job);
+    } catch (const sd::Error& e) {
+        throw sd::Error(path + ": " + e.what());
+    }
+    return job;
+}
+
 // The run itself: images to stdout as they are written, progress and notes to stderr.
-int generate(sd::Pipeline& pipeline, const Flags& f, sd::ProgressDisplay& progress, int& written) {
-    const sd::Txt2ImgJob& job = f.job;
+int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, sd::ProgressDisplay& progress, int& written) {
     if (pipeline.compute().device == "cpu" && pipeline.compute().precision == "bf16")
         std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
                   << std::endl;
@@ -375,6 +446,10 @@ int main(int argc, char** argv) {
     sd::ProgressDisplay progress(sd::ProgressDisplay::detect(f.quiet));
     int written = 0;
     try {
+        if (f.version) {
+            print_data_line(std::string(sd::kVersionName) + " (LibTorch " + SD_TORCH_VERSION + ")");
+            return 0;
+        }
         read_prompts(app, f);
         use_prompt_syntax(f);
         if (f.tokenize) {
@@ -391,7 +466,12 @@ int main(int argc, char** argv) {
             print_data_line(plan_text);
             return 0;
         }
-        return generate(*pipeline, f, progress, written);
+        if (f.from_png.empty()) return generate(*pipeline, f, f.job, progress, written);
+        std::vector<sd::Txt2ImgJob> jobs;  // every PNG read and checked before the first one is made
+        for (const auto& path : f.from_png) jobs.push_back(job_from_png(app, f, path));
+        for (const auto& job : jobs)
+            if (const int code = generate(*pipeline, f, job, progress, written); code != 0) return code;
+        return 0;
     } catch (const sd::Error& e) {
         progress.clear();
         return fail(1, e.what());

@@ -43,6 +43,10 @@ struct Txt2ImgJob {
     bool grid = false;
     std::string save_latents;  // .npy path, empty for none
     std::string model_name;    // recorded in the metadata
+    // Remaking one image (--from-png): the first image's index (per-image seeds
+    // are seed + index), and in compvis mode the one place of the batch to write.
+    int first_index = 0;
+    std::optional<int> keep_position;
 };
 
 // One prompt of the run with its settings resolved (flags, then its JSONL line).

@@ -149,6 +149,7 @@ void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch&
                  double seconds, int& next_number, const Txt2ImgEvents& events, Txt2ImgResult& result) {
     for (size_t k = 0; k < batch.images.size(); ++k) {
         const PlannedImage& img = batch.images[k];
+        if (job.keep_position && img.position != *job.keep_position) continue;
         ImageRecord rec;
         rec.item = &plan.items[img.item];
         rec.index = img.index;
@@ -156,7 +157,7 @@ void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch&
         rec.seed_mode = job.seed_mode;
         rec.model = job.model_name;
         rec.seconds = seconds;
-        rec.parameters = parameters_text(*rec.item, img.seed, job.seed_mode, img.index, job.model_name);
+        rec.parameters = parameters_text(*rec.item, img, job.seed_mode, job.model_name);
         try {
             if (!img.name.empty()) {
                 rec.path = join_path(job.outdir, img.name);
@@ -192,7 +193,7 @@ struct Extras {
     void add(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out) {
         if (job.grid && grid_parameters.empty()) {
             const PlannedImage& first = batch.images.front();
-            grid_parameters = parameters_text(plan.items[first.item], first.seed, job.seed_mode, first.index, job.model_name);
+            grid_parameters = parameters_text(plan.items[first.item], first, job.seed_mode, job.model_name);
         }
         if (!job.save_latents.empty()) {
             latents.insert(latents.end(), out.latents.begin(), out.latents.end());
