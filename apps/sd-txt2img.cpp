@@ -241,7 +241,12 @@ void read_prompts(const CLI::App& app, Flags& f) {
     const bool have_prompt = app.count("--prompt") > 0;
     if (have_prompt && !f.from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
     if (!f.from_png.empty() && !f.from_file.empty()) throw sd::Error("give either --from-png or --from-file, not both");
-    if (!f.from_file.empty()) {
+    if (f.from_file == "-" && !f.tokenize && job.n_iter == 1) {
+        // Streamed: lines are read as the run goes (sd::run_txt2img_stream); this
+        // stand-in lets the options be checked before the first line arrives.
+        job.prompts.emplace_back();
+        job.from_file = true;
+    } else if (!f.from_file.empty()) {
         job.prompts = sd::read_prompt_file(f.from_file);
         job.from_file = true;
     } else if (have_prompt) {
@@ -411,7 +416,9 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
     g_bar_on_stderr = progress.mode() == sd::ProgressDisplay::Mode::bar;
     install_stop_handlers();
 
-    const auto result = sd::run_txt2img(pipeline, job, events);
+    std::optional<sd::PromptReader> stream;
+    if (f.from_file == "-" && job.n_iter == 1) stream.emplace("-");
+    const auto result = stream ? sd::run_txt2img_stream(pipeline, job, *stream, events) : sd::run_txt2img(pipeline, job, events);
     progress.clear();
     if (f.verbose)
         std::cerr << sd::measurement_report(pipeline.plan(job.settings, job.n_samples), pipeline.measured(),

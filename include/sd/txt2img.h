@@ -99,6 +99,14 @@ struct Txt2ImgResult {
 // `interrupted` set, when stop_requested() said so.
 Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events);
 
+// The same for prompts that arrive one line at a time (--from-file -): each
+// batch starts as soon as its lines have arrived (n_samples of them with the
+// same settings, or the end of input) and its images are reported before the
+// next line is read. Images, seeds and names are those run_txt2img gives for
+// the same lines. Needs n_iter 1 (also in every line); each batch's lines are
+// checked when they arrive, so a bad line stops the run after the batches before it.
+Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, PromptReader& reader, const Txt2ImgEvents& events);
+
 // The next free "%05d.png" number in dir (one past the highest existing).
 int next_image_number(const std::string& dir);
 

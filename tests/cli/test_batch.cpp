@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -234,6 +235,75 @@ TEST(Batch, PromptsFromStdin) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     ASSERT_EQ(sdtest::lines(r.out).size(), 2u);
     EXPECT_EQ(sd::png_read_text(read_bytes(dir + "/00001.png"))["parameters"].rfind("two\n", 0), 0u);
+}
+
+// A producer and a consumer on either side of the tool: each line's image is
+// made and its JSON record printed before the next line is written. The images
+// are those of the same lines read from a file (compvis seeds: one generator
+// for the whole stream). While it waits, `pgrep -x sd-txt2img` finds it.
+TEST(Batch, StreamedPromptsAreServedOneLineAtATime) {
+    const std::string dir = sdtest::temp_dir();
+    int in[2], out[2];
+    ASSERT_EQ(pipe(in), 0);
+    ASSERT_EQ(pipe(out), 0);
+    const auto argv = plus(fast_args(dir + "/stream", 2), {"--quiet", "--json", "--from-file", "-"});
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    std::string got;
+    // Reads stdout until it holds `lines` lines; false after 60 s.
+    auto wait_lines = [&](size_t lines) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        char buf[4096];
+        while (static_cast<size_t>(std::count(got.begin(), got.end(), '\n')) < lines) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            pollfd pfd{out[0], POLLIN, 0};
+            if (poll(&pfd, 1, 200) <= 0) continue;
+            const ssize_t n = read(out[0], buf, sizeof buf);
+            if (n <= 0) return false;
+            got.append(buf, static_cast<size_t>(n));
+        }
+        return true;
+    };
+    auto send = [&](const std::string& line) { ASSERT_EQ(write(in[1], line.data(), line.size()), static_cast<ssize_t>(line.size())); };
+    send("a red fox\n");
+    const bool first = wait_lines(1);
+    EXPECT_TRUE(first) << "no record for the first line while the stream stays open";
+    // The process is named after its executable (not "exe"), also after its OpenMP re-exec.
+    if (first) {
+        auto pg = sdtest::run({"/usr/bin/pgrep", "-x", "sd-txt2img"});
+        EXPECT_NE(("\n" + pg.out).find("\n" + std::to_string(pid) + "\n"), std::string::npos) << "pgrep printed:\n" << pg.out;
+    }
+    send("a blue bird\n");
+    EXPECT_TRUE(wait_lines(2)) << got;
+    close(in[1]);
+    char rest[256];
+    while (read(out[0], rest, sizeof rest) > 0) {}
+    close(out[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    const auto records = sdtest::lines(got);
+    ASSERT_EQ(records.size(), 2u) << got;
+    EXPECT_EQ(json::parse(records[1])["prompt"], "a blue bird");
+    EXPECT_EQ(json::parse(records[1])["index"], 1);
+
+    sdtest::write_text(dir + "/p.txt", "a red fox\na blue bird\n");
+    auto file = sdtest::run(plus(fast_args(dir + "/file", 2), {"--quiet", "--from-file", dir + "/p.txt"}));
+    ASSERT_EQ(file.exit_code, 0) << file.err;
+    for (const char* name : {"00000.png", "00001.png"})
+        EXPECT_EQ(sdtest::read_text(dir + "/stream/" + name), sdtest::read_text(dir + "/file/" + name)) << name;
 }
 
 TEST(Batch, JsonlOverridesReachTheImages) {
