@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -20,6 +21,7 @@
 #include "sd/engine.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
+#include "sd/manifest.h"
 #include "sd/progress.h"
 #include "sd/prompts.h"
 #include "sd/tokenizer.h"
@@ -83,23 +85,6 @@ void install_stop_handlers() {
     sa.sa_flags = SA_RESETHAND;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
-}
-
-// "K/N" -> shard; throws sd::Error otherwise.
-sd::Shard parse_shard(const std::string& text) {
-    sd::Shard s;
-    size_t slash = text.find('/');
-    try {
-        size_t used_k = 0, used_n = 0;
-        if (slash == std::string::npos) throw std::invalid_argument("no slash");
-        s.k = std::stoi(text.substr(0, slash), &used_k);
-        s.n = std::stoi(text.substr(slash + 1), &used_n);
-        if (used_k != slash || used_n != text.size() - slash - 1) throw std::invalid_argument("trailing text");
-    } catch (const std::logic_error&) {
-        throw sd::Error("--shard must be K/N (e.g. 0/4), got \"" + text + "\"");
-    }
-    if (s.n < 1 || s.k < 0 || s.k >= s.n) throw sd::Error("--shard " + text + ": need 0 <= K < N");
-    return s;
 }
 
 // The model's name for the metadata: its checkpoint's file name without extension, else the folder's name.
@@ -175,6 +160,7 @@ struct Flags {
     std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis", prompt_syntax = "a1111";
     bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false, version = false;
     std::vector<std::string> from_png;
+    std::string manifest;
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
@@ -213,7 +199,11 @@ void add_flags(CLI::App& app, Flags& f) {
                    "file name pattern with {index} {seed} {prompt} (default: 00000.png, ... after existing files)");
     app.add_flag("--grid", job.grid, "also write a grid of the run's images (grid-0000.png)");
     app.add_flag("--skip-existing", job.skip_existing, "resume: leave images whose file exists (needs --seed-mode per-image)");
-    app.add_option("--shard", f.shard, "K/N: only prompts number p with p % N == K (needs --seed-mode per-image)");
+    app.add_option("--shard", f.shard,
+                   "K/N: only prompts number p with p % N == K (needs --seed-mode per-image); auto: K and N from "
+                   "Slurm's SLURM_ARRAY_TASK_ID/_COUNT or JOB_COMPLETION_INDEX with SD_SHARD_COUNT");
+    app.add_option("--manifest", f.manifest,
+                   "append one JSON line per written image (index, prompt, seed, parameters, model hash, path, status)");
     app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
     // Memory: see README "Memory". Unset choices are left to the planner.
@@ -301,7 +291,7 @@ void settle_job(const CLI::App& app, Flags& f) {
     else if (f.seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
     else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + f.seed_mode + "\"");
     use_prompt_syntax(f);
-    if (!f.shard.empty()) job.shard = parse_shard(f.shard);
+    if (!f.shard.empty()) job.shard = sd::parse_shard(f.shard);
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
     sd::check_job(job);
@@ -392,9 +382,31 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
         std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
                   << std::endl;
     sd::Txt2ImgEvents events;
+    // --manifest: opened for appending, so shards' and resumed runs' lines add up.
+    std::ofstream manifest;
+    std::string model_hash;
+    if (!f.manifest.empty()) {
+        manifest.open(f.manifest, std::ios::app | std::ios::binary);
+        if (!manifest) throw sd::Error("--manifest: cannot open " + f.manifest + " for appending");
+        model_hash = sd::model_folder_hash(f.model_dir);
+    }
     events.image_written = [&](const sd::ImageRecord& r) {
         progress.clear();
         ++written;  // the image is on disk whatever happens to its line
+        if (manifest.is_open()) {
+            nlohmann::ordered_json m;
+            m["index"] = r.index;
+            m["prompt"] = r.item->prompt;
+            m["seed"] = r.seed;
+            m["parameters"] = r.parameters;
+            m["model_hash"] = model_hash;
+            m["path"] = r.path;
+            m["status"] = "written";
+            m["shard"] = std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n);
+            manifest << m.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+            manifest.flush();
+            if (!manifest) throw sd::RunFailure("cannot write to --manifest " + f.manifest);
+        }
         print_data_line(f.json ? image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : r.path);
     };
     events.grid_written = [&](const std::string& path, const std::string& parameters, int images) {

@@ -27,6 +27,12 @@ struct Shard {
     int k = 0, n = 1;  // this process does the prompts whose number % n == k
 };
 
+// "K/N", or "auto": from a Slurm job array (SLURM_ARRAY_TASK_ID, with
+// SLURM_ARRAY_TASK_COUNT or _MIN/_MAX, and _STEP) or a Kubernetes Indexed Job
+// (JOB_COMPLETION_INDEX with SD_SHARD_COUNT). Throws sd::Error otherwise.
+Shard parse_shard(const std::string& text);
+Shard shard_from_environment();
+
 struct Txt2ImgJob {
     std::vector<PromptLine> prompts;  // from a file, or the one --prompt
     bool from_file = false;           // false: the one prompt, n_samples times per batch

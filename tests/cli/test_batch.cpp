@@ -424,6 +424,89 @@ TEST(Shards, ThreeShardsEqualTheUnshardedRunByteForByte) {
 
 // Acceptance: SIGINT in the middle of a batch: exit 130, a summary, only whole
 // images; --skip-existing then finishes with the images of an uninterrupted run.
+namespace {
+
+// The tool with only the given sharding variables in its environment.
+std::vector<std::string> with_env(const std::vector<std::string>& vars, const std::vector<std::string>& argv) {
+    std::vector<std::string> a = {"/usr/bin/env"};
+    for (const char* v : {"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+                          "SLURM_ARRAY_TASK_STEP", "JOB_COMPLETION_INDEX", "SD_SHARD_COUNT"})
+        a.insert(a.end(), {"-u", v});
+    return plus(plus(a, vars), argv);
+}
+
+}  // namespace
+
+// Acceptance: --shard auto under a Slurm job array (COUNT, or MIN/MAX) and a
+// Kubernetes Indexed Job does what --shard 1/3 does; without either it says what it needs.
+TEST(Shards, AutoFromSlurmAndIndexedJobVariablesEqualsKOverN) {
+    const std::string dir = sdtest::temp_dir();
+    const std::string prompts = seven_prompts_file(dir);
+    auto args = [&](const std::string& out, const std::string& shard) {
+        return plus(fast_args(dir + "/" + out, 2), {"--quiet", "--from-file", prompts, "--seed-mode", "per-image", "--shard", shard});
+    };
+    auto ref = sdtest::run(with_env({}, args("ref", "1/3")));
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    ASSERT_EQ(files_of(dir + "/ref").size(), 2u);  // prompts 1 and 4
+    const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+        {"slurm", {"SLURM_ARRAY_TASK_ID=1", "SLURM_ARRAY_TASK_COUNT=3"}},
+        {"minmax", {"SLURM_ARRAY_TASK_ID=5", "SLURM_ARRAY_TASK_MIN=4", "SLURM_ARRAY_TASK_MAX=6"}},
+        {"indexed", {"JOB_COMPLETION_INDEX=1", "SD_SHARD_COUNT=3"}}};
+    for (const auto& [name, vars] : cases) {
+        auto r = sdtest::run(with_env(vars, args(name, "auto")));
+        ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+        EXPECT_EQ(files_of(dir + "/" + name), files_of(dir + "/ref")) << name;
+    }
+    expect_input_error(sdtest::run(with_env({}, args("none", "auto"))), "--shard auto needs SLURM_ARRAY_TASK_ID");
+    expect_input_error(sdtest::run(with_env({"JOB_COMPLETION_INDEX=1"}, args("none", "auto"))), "SD_SHARD_COUNT is not");
+    expect_input_error(sdtest::run(with_env({"SLURM_ARRAY_TASK_ID=3", "SLURM_ARRAY_TASK_COUNT=3"}, args("none", "auto"))),
+                       "gives shard 3/3");
+}
+
+// Acceptance: GNU parallel (docs/cluster.md's command line) over 3 shards gives
+// the unsharded run's images byte for byte, the concatenated manifests list
+// every image exactly once, and --resume then runs nothing again.
+TEST(Shards, GnuParallelOverThreeShardsEqualsTheUnshardedRun) {
+    ASSERT_EQ(sdtest::run({"/bin/sh", "-c", "command -v parallel"}).exit_code, 0)
+        << "GNU parallel is not installed (scripts/setup.sh installs it)";
+    const std::string dir = sdtest::temp_dir();
+    const std::string prompts = seven_prompts_file(dir);
+    auto common = plus(fast_args(dir + "/all", 2), {"--quiet", "--from-file", prompts, "--seed-mode", "per-image", "--seed", "3"});
+    auto all = sdtest::run(common);
+    ASSERT_EQ(all.exit_code, 0) << all.err;
+    common[4] = dir + "/par";
+    std::string cmd = "parallel --will-cite --joblog " + dir + "/joblog --resume";
+    for (const auto& a : common) cmd += " '" + a + "'";
+    cmd += " --shard {}/3 --manifest " + dir + "/m-{}.jsonl ::: 0 1 2";
+    auto par = sdtest::run({"/bin/sh", "-c", cmd});
+    ASSERT_EQ(par.exit_code, 0) << par.err;
+    EXPECT_EQ(files_of(dir + "/par"), files_of(dir + "/all"));
+    auto manifests = [&] {
+        return sdtest::read_text(dir + "/m-0.jsonl") + sdtest::read_text(dir + "/m-1.jsonl") + sdtest::read_text(dir + "/m-2.jsonl");
+    };
+    std::map<int, int> seen;
+    std::set<std::string> hashes;
+    for (const auto& l : sdtest::lines(manifests())) {
+        json m = json::parse(l);
+        seen[m["index"].get<int>()]++;
+        hashes.insert(m["model_hash"].get<std::string>());
+        EXPECT_EQ(m["status"], "written");
+        EXPECT_TRUE(fs::exists(m["path"].get<std::string>())) << l;
+        EXPECT_EQ(m["parameters"], sd::png_read_text(read_bytes(m["path"]))["parameters"]);
+    }
+    ASSERT_EQ(seen.size(), 7u);
+    for (const auto& [index, count] : seen) EXPECT_EQ(count, 1) << "image " << index;
+    EXPECT_EQ(seen.begin()->first, 0);
+    EXPECT_EQ(seen.rbegin()->first, 6);
+    ASSERT_EQ(hashes.size(), 1u);
+    EXPECT_EQ(hashes.begin()->size(), 16u);
+    // The joblog says every shard is done: nothing runs again, nothing is added.
+    const std::string before = manifests();
+    auto again = sdtest::run({"/bin/sh", "-c", cmd});
+    EXPECT_EQ(again.exit_code, 0) << again.err;
+    EXPECT_EQ(manifests(), before);
+}
+
 TEST(Interrupt, SigintMidBatchThenResumeEqualsUninterruptedRun) {
     const std::string dir = sdtest::temp_dir();
     const std::string prompts = seven_prompts_file(dir);
