@@ -192,7 +192,7 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
     app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
-    app.add_option("--schedule", job.settings.schedule, "sigmas of the k-diffusion samplers: default or karras")->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule, "k-diffusion samplers' sigmas: default or karras; PLMS/DDIM timesteps: default (CompVis), leading or trailing (any --steps)")->capture_default_str();
     app.add_flag("--plms", f.plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
     app.add_option("--outdir", f.outdir, "output folder")->capture_default_str();
     app.add_option("--name", job.name_pattern,

@@ -137,10 +137,17 @@ std::string expand_name(const std::string& pattern, int index, uint64_t seed, co
     return out;
 }
 
-std::string schedule_a1111_name(const std::string& schedule) { return schedule == "karras" ? "Karras" : "Uniform"; }
+std::string schedule_a1111_name(const std::string& schedule) {
+    if (schedule == "karras") return "Karras";
+    if (schedule == "leading") return "Leading";
+    if (schedule == "trailing") return "Trailing";
+    return "Uniform";
+}
 
 std::string schedule_from_a1111_name(const std::string& name) {
     if (name == "Karras") return "karras";
+    if (name == "Leading") return "leading";
+    if (name == "Trailing") return "trailing";
     if (name == "Uniform" || name == "Automatic") return "default";
     return "";
 }
@@ -160,7 +167,9 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     std::string text = item.prompt + "\n";
     if (!item.negative_prompt.empty()) text += "Negative prompt: " + item.negative_prompt + "\n";
     text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler.a1111_name;
-    if (sampler.family == SamplerFamily::k_diffusion) text += ", Schedule type: " + schedule_a1111_name(item.settings.schedule);
+    // PLMS and DDIM: only a spacing other than CompVis's is named (A1111 writes none for them).
+    if (sampler.family == SamplerFamily::k_diffusion || item.settings.schedule != "default")
+        text += ", Schedule type: " + schedule_a1111_name(item.settings.schedule);
     text += ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(img.seed) +
             ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
             ", Model: " + quoted(model);

@@ -10,6 +10,7 @@
 #include "io/image_io.h"
 #include "io/npy.h"
 #include "run/batch_plan.h"
+#include "sampling/schedule.h"
 
 namespace sd {
 
@@ -132,7 +133,7 @@ public:
 private:
     int steps_of(const PlannedBatch& b) const {
         const GenerateSettings& s = plan_.items[b.images[0].item].settings;
-        return sampler_step_count(s.sampler, s.steps, timesteps_);
+        return sampler_step_count(s.sampler, s.schedule, s.steps, timesteps_);
     }
 
     const RunPlan& plan_;
