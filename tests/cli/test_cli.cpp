@@ -618,3 +618,23 @@ TEST(Trust, ModelFileThatRunsCodeOnLoadIsRefused) {
                                                      << loaded.err;
     }
 }
+
+// scripts/quickstart.sh: only the image's path reaches stdout; what its set-up
+// and build print goes to stderr. Run in a copy whose set-up, build and tool are
+// stand-ins that each print a line on stdout.
+TEST(Quickstart, OnlyTheImagePathGoesToStdout) {
+    namespace fs = std::filesystem;
+    const std::string root = sdtest::temp_dir();
+    fs::create_directories(root + "/scripts");
+    fs::create_directories(root + "/build");
+    fs::copy_file(sdtest::env("SD_SOURCE_DIR") + "/scripts/quickstart.sh", root + "/scripts/quickstart.sh");
+    sdtest::write_text(root + "/scripts/setup.sh", "#!/bin/sh\necho setup: all packages present\n");
+    sdtest::write_text(root + "/scripts/build.sh", "#!/bin/sh\necho '[100%] Built target sd-txt2img'\n");
+    sdtest::write_text(root + "/build/sd-txt2img", "#!/bin/sh\necho outputs/quickstart/00000.png\n");
+    for (const char* f : {"/scripts/quickstart.sh", "/scripts/setup.sh", "/scripts/build.sh", "/build/sd-txt2img"})
+        fs::permissions(root + f, fs::perms::owner_all);
+    auto r = run({"/bin/bash", root + "/scripts/quickstart.sh", "a red circle"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "outputs/quickstart/00000.png\n");
+    EXPECT_NE(r.err.find("Built target"), std::string::npos) << r.err;
+}
