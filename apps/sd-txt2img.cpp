@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,14 +20,20 @@
 
 #include "sd/engine.h"
 #include "sd/error.h"
+#include "sd/from_png.h"
+#include "sd/manifest.h"
 #include "sd/progress.h"
 #include "sd/prompts.h"
 #include "sd/tokenizer.h"
 #include "sd/txt2img.h"
 #include "sd/value_rules.h"
+#include "sd/version.h"
 
 #ifndef SD_DEFAULT_MODEL_DIR
 #define SD_DEFAULT_MODEL_DIR "models/demo"
+#endif
+#ifndef SD_TORCH_VERSION
+#define SD_TORCH_VERSION "unknown"
 #endif
 #ifndef SD_DEFAULT_CLIP_DIR
 #define SD_DEFAULT_CLIP_DIR "models/clip"
@@ -79,23 +87,6 @@ void install_stop_handlers() {
     sigaction(SIGTERM, &sa, nullptr);
 }
 
-// "K/N" -> shard; throws sd::Error otherwise.
-sd::Shard parse_shard(const std::string& text) {
-    sd::Shard s;
-    size_t slash = text.find('/');
-    try {
-        size_t used_k = 0, used_n = 0;
-        if (slash == std::string::npos) throw std::invalid_argument("no slash");
-        s.k = std::stoi(text.substr(0, slash), &used_k);
-        s.n = std::stoi(text.substr(slash + 1), &used_n);
-        if (used_k != slash || used_n != text.size() - slash - 1) throw std::invalid_argument("trailing text");
-    } catch (const std::logic_error&) {
-        throw sd::Error("--shard must be K/N (e.g. 0/4), got \"" + text + "\"");
-    }
-    if (s.n < 1 || s.k < 0 || s.k >= s.n) throw sd::Error("--shard " + text + ": need 0 <= K < N");
-    return s;
-}
-
 // The model's name for the metadata: its checkpoint's file name without extension, else the folder's name.
 std::string model_name(const sd::ModelConfig& cfg, const std::string& model_dir) {
     std::string name = cfg.source;
@@ -121,6 +112,7 @@ nlohmann::ordered_json image_json(const sd::ImageRecord& r) {
     j["line"] = item.line > 0 ? nlohmann::ordered_json(item.line) : nlohmann::ordered_json(nullptr);
     j["steps"] = item.settings.steps;
     j["sampler"] = item.settings.sampler;
+    j["schedule"] = item.settings.schedule;
     j["scale"] = item.settings.scale;
     j["width"] = item.settings.width;
     j["height"] = item.settings.height;
@@ -165,8 +157,10 @@ std::optional<int> parse_tiling(const std::string& v) {
 struct Flags {
     std::string model_dir = SD_DEFAULT_MODEL_DIR;
     std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, shard;
-    std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis";
-    bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false;
+    std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis", prompt_syntax = "a1111";
+    bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false, version = false;
+    std::vector<std::string> from_png;
+    std::string manifest;
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
@@ -179,9 +173,16 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--prompt", f.prompt, "the prompt");
     app.add_option("--from-file", f.from_file,
                    "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
+    app.add_option("--prompt-syntax", f.prompt_syntax,
+                   "a1111: (weights), [less], BREAK and prompts over 75 tokens in more windows; "
+                   "plain: CompVis exactly (plain text, cut at 77 tokens)")
+        ->capture_default_str();
+    app.add_option("--from-png", f.from_png,
+                   "remake the images these PNGs record (their parameters text); flags given as well override it")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
-    app.add_option("--seed", f.seed, "seed, 0 to 18446744073709551615")->capture_default_str();
+    app.add_option("--seed", f.seed, "seed, 0 to 18446744073709551615, or -1 for a random one (recorded)")->capture_default_str();
     app.add_option("--seed-mode", f.seed_mode,
                    "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
         ->capture_default_str();
@@ -191,14 +192,18 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
     app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
-    app.add_option("--schedule", job.settings.schedule, "sigmas of the k-diffusion samplers: default or karras")->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule, "k-diffusion samplers' sigmas: default or karras; PLMS/DDIM timesteps: default (CompVis), leading or trailing (any --steps)")->capture_default_str();
     app.add_flag("--plms", f.plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
     app.add_option("--outdir", f.outdir, "output folder")->capture_default_str();
     app.add_option("--name", job.name_pattern,
                    "file name pattern with {index} {seed} {prompt} (default: 00000.png, ... after existing files)");
     app.add_flag("--grid", job.grid, "also write a grid of the run's images (grid-0000.png)");
     app.add_flag("--skip-existing", job.skip_existing, "resume: leave images whose file exists (needs --seed-mode per-image)");
-    app.add_option("--shard", f.shard, "K/N: only prompts number p with p % N == K (needs --seed-mode per-image)");
+    app.add_option("--shard", f.shard,
+                   "K/N: only prompts number p with p % N == K (needs --seed-mode per-image); auto: K and N from "
+                   "Slurm's SLURM_ARRAY_TASK_ID/_COUNT or JOB_COMPLETION_INDEX with SD_SHARD_COUNT");
+    app.add_option("--manifest", f.manifest,
+                   "append one JSON line per written image (index, prompt, seed, parameters, model hash, path, status)");
     app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
     // Memory: see README "Memory". Unset choices are left to the planner.
@@ -217,6 +222,7 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
     app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
+    app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
 }
 
 // The prompts of --prompt or --from-file into the job.
@@ -224,7 +230,13 @@ void read_prompts(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     const bool have_prompt = app.count("--prompt") > 0;
     if (have_prompt && !f.from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
-    if (!f.from_file.empty()) {
+    if (!f.from_png.empty() && !f.from_file.empty()) throw sd::Error("give either --from-png or --from-file, not both");
+    if (f.from_file == "-" && !f.tokenize && job.n_iter == 1) {
+        // Streamed: lines are read as the run goes (sd::run_txt2img_stream); this
+        // stand-in lets the options be checked before the first line arrives.
+        job.prompts.emplace_back();
+        job.from_file = true;
+    } else if (!f.from_file.empty()) {
         job.prompts = sd::read_prompt_file(f.from_file);
         job.from_file = true;
     } else if (have_prompt) {
@@ -232,6 +244,8 @@ void read_prompts(const CLI::App& app, Flags& f) {
         sd::PromptLine line;
         line.prompt = f.prompt;
         job.prompts.push_back(line);
+    } else if (!f.from_png.empty()) {
+        job.prompts.emplace_back();  // each PNG's own prompt replaces it
     } else {
         throw sd::Error("no prompt given (use --prompt \"...\" or --from-file FILE)");
     }
@@ -253,16 +267,31 @@ void print_token_ids(const CLI::App& app, const Flags& f) {
     print_tokens(sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path), texts, cfg);
 }
 
+// plain: what CompVis's script encodes, the text as it is in one window cut at 77 tokens.
+void use_prompt_syntax(Flags& f) {
+    if (f.prompt_syntax != "a1111" && f.prompt_syntax != "plain")
+        throw sd::Error("--prompt-syntax must be a1111 or plain, got \"" + f.prompt_syntax + "\"");
+    f.job.settings.long_prompts = f.job.settings.prompt_weights = f.prompt_syntax == "a1111";
+}
+
 // The run's settings from the flags, checked before any model loads.
 void settle_job(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     job.settings.sampler = f.plms ? sd::default_sampler() : f.sampler;
-    job.seed = sd::parse_seed("--seed", f.seed);
+    if (f.seed == "-1") {
+        // A random seed, recorded like any other (JSON line, PNG text, and here).
+        std::random_device rd;
+        job.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
+        if (!f.quiet) std::cerr << "sd-txt2img: seed " << job.seed << std::endl;
+    } else {
+        job.seed = sd::parse_seed("--seed", f.seed);
+    }
     check_numeric_flags(app, job, f.batch_size, f.threads);
     if (f.seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
     else if (f.seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
     else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + f.seed_mode + "\"");
-    if (!f.shard.empty()) job.shard = parse_shard(f.shard);
+    use_prompt_syntax(f);
+    if (!f.shard.empty()) job.shard = sd::parse_shard(f.shard);
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
     sd::check_job(job);
@@ -296,17 +325,98 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
     job.model_name = model_name(pipeline.config(), f.model_dir);
 }
 
+// The job that remakes the image a PNG records: its settings, except those the flags give.
+sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::string& path) {
+    const sd::RecordedImage rec = sd::read_recorded_image(path);
+    auto given = [&](const char* flag) { return app.count(flag) > 0; };
+    sd::Txt2ImgJob job = f.job;
+    sd::PromptLine line;
+    line.prompt = given("--prompt") ? f.prompt : rec.prompt;
+    job.prompts = {line};
+    job.from_file = false;
+    if (!given("--n_iter")) job.n_iter = 1;
+    if (!given("--negative-prompt")) job.negative_prompt = rec.negative_prompt;
+    if (rec.steps && !given("--steps")) job.settings.steps = *rec.steps;
+    if (rec.sampler && !given("--sampler") && !f.plms) job.settings.sampler = *rec.sampler;
+    if (!given("--schedule")) job.settings.schedule = rec.schedule.value_or("default");
+    if (rec.scale && !given("--scale")) job.settings.scale = *rec.scale;
+    if (rec.width && !given("--W")) job.settings.width = *rec.width;
+    if (rec.height && !given("--H")) job.settings.height = *rec.height;
+    if (!given("--prompt-syntax"))
+        job.settings.long_prompts = job.settings.prompt_weights = rec.prompt_syntax.value_or("a1111") == "a1111";
+    if (rec.seed_mode && !given("--seed-mode"))
+        job.seed_mode = *rec.seed_mode == "per-image" ? sd::SeedMode::per_image : sd::SeedMode::compvis;
+    const uint64_t seed = given("--seed") ? job.seed : rec.seed.value_or(job.seed);
+    if (job.seed_mode == sd::SeedMode::per_image) {
+        // Image i of a per-image run is seeded seed + i: keep its index, and so its text.
+        job.first_index = rec.index.value_or(0);
+        job.seed = seed - static_cast<uint64_t>(job.first_index);
+        if (!given("--n_samples")) job.n_samples = 1;
+    } else {
+        // compvis: the image is one slice of its batch's noise, drawn from the run's seed.
+        if (rec.batch_number.value_or(0) > 0)
+            throw sd::Error(path + ": this image is from batch " + std::to_string(*rec.batch_number) +
+                            " of a compvis run, whose noise depends on every batch before it; only a first batch's "
+                            "images can be remade alone (--seed-mode per-image makes every image remakable)");
+        job.seed = seed;
+        if (!given("--n_samples")) job.n_samples = rec.batch_size.value_or(1);
+        job.keep_position = rec.batch_position.value_or(0);
+        if (*job.keep_position >= job.n_samples)
+            throw sd::Error(path + ": batch position " + std::to_string(*job.keep_position) + " is not within --n_samples " +
+                            std::to_string(job.n_samples));
+    }
+    if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
+        std::cerr << "sd-txt2img: note: " << path << " was made with model " << rec.model << ", remaking it with "
+                  << job.model_name << std::endl;
+    try {
+        sd::check_job(job);
+    } catch (const sd::Error& e) {
+        throw sd::Error(path + ": " + e.what());
+    }
+    return job;
+}
+
 // The run itself: images to stdout as they are written, progress and notes to stderr.
-int generate(sd::Pipeline& pipeline, const Flags& f, sd::ProgressDisplay& progress, int& written) {
-    const sd::Txt2ImgJob& job = f.job;
+int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, sd::ProgressDisplay& progress, int& written) {
     if (pipeline.compute().device == "cpu" && pipeline.compute().precision == "bf16")
         std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
                   << std::endl;
     sd::Txt2ImgEvents events;
+    // --manifest: opened for appending, so shards' and resumed runs' lines add up.
+    std::ofstream manifest;
+    std::string model_hash;
+    if (!f.manifest.empty()) {
+        manifest.open(f.manifest, std::ios::app | std::ios::binary);
+        if (!manifest) throw sd::Error("--manifest: cannot open " + f.manifest + " for appending");
+        model_hash = sd::model_folder_hash(f.model_dir);
+    }
     events.image_written = [&](const sd::ImageRecord& r) {
         progress.clear();
         ++written;  // the image is on disk whatever happens to its line
+        if (manifest.is_open()) {
+            nlohmann::ordered_json m;
+            m["index"] = r.index;
+            m["prompt"] = r.item->prompt;
+            m["seed"] = r.seed;
+            m["parameters"] = r.parameters;
+            m["model_hash"] = model_hash;
+            m["path"] = r.path;
+            m["status"] = "written";
+            m["shard"] = std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n);
+            manifest << m.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+            manifest.flush();
+            if (!manifest) throw sd::RunFailure("cannot write to --manifest " + f.manifest);
+        }
         print_data_line(f.json ? image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : r.path);
+    };
+    events.grid_written = [&](const std::string& path, const std::string& parameters, int images) {
+        progress.clear();
+        nlohmann::ordered_json j;
+        j["path"] = path;
+        j["grid"] = true;
+        j["images"] = images;
+        j["parameters"] = parameters;
+        print_data_line(f.json ? j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : path);
     };
     events.progress = [&](const sd::ProgressInfo& p) { progress.update(p); };
     events.note = [&](const std::string& text) {
@@ -318,7 +428,9 @@ int generate(sd::Pipeline& pipeline, const Flags& f, sd::ProgressDisplay& progre
     g_bar_on_stderr = progress.mode() == sd::ProgressDisplay::Mode::bar;
     install_stop_handlers();
 
-    const auto result = sd::run_txt2img(pipeline, job, events);
+    std::optional<sd::PromptReader> stream;
+    if (f.from_file == "-" && job.n_iter == 1) stream.emplace("-");
+    const auto result = stream ? sd::run_txt2img_stream(pipeline, job, *stream, events) : sd::run_txt2img(pipeline, job, events);
     progress.clear();
     if (f.verbose)
         std::cerr << sd::measurement_report(pipeline.plan(job.settings, job.n_samples), pipeline.measured(),
@@ -353,7 +465,12 @@ int main(int argc, char** argv) {
     sd::ProgressDisplay progress(sd::ProgressDisplay::detect(f.quiet));
     int written = 0;
     try {
+        if (f.version) {
+            print_data_line(std::string(sd::kVersionName) + " (LibTorch " + SD_TORCH_VERSION + ")");
+            return 0;
+        }
         read_prompts(app, f);
+        use_prompt_syntax(f);
         if (f.tokenize) {
             print_token_ids(app, f);
             return 0;
@@ -368,7 +485,12 @@ int main(int argc, char** argv) {
             print_data_line(plan_text);
             return 0;
         }
-        return generate(*pipeline, f, progress, written);
+        if (f.from_png.empty()) return generate(*pipeline, f, f.job, progress, written);
+        std::vector<sd::Txt2ImgJob> jobs;  // every PNG read and checked before the first one is made
+        for (const auto& path : f.from_png) jobs.push_back(job_from_png(app, f, path));
+        for (const auto& job : jobs)
+            if (const int code = generate(*pipeline, f, job, progress, written); code != 0) return code;
+        return 0;
     } catch (const sd::Error& e) {
         progress.clear();
         return fail(1, e.what());

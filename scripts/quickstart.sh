@@ -4,8 +4,9 @@
 # Usage: scripts/quickstart.sh ["prompt"] [more sd-txt2img flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-scripts/build.sh
+# Only the image's path goes to stdout: everything the set-up and build print goes to stderr.
+scripts/setup.sh >&2
+scripts/build.sh >&2
 prompt="${1:-a red circle on a blue background}"
 shift || true
 build/sd-txt2img --prompt "$prompt" --outdir outputs/quickstart "$@"

@@ -14,6 +14,7 @@ packages=(
   libgtest-dev            # tests
   python3-torch python3-numpy python3-yaml   # scripts/export_model.py
   python3-pil             # tests read PNG metadata with an independent reader
+  parallel                # GNU parallel: the test of sharding with parallel --joblog --resume (docs/cluster.md)
 )
 
 missing=()

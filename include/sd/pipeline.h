@@ -53,7 +53,7 @@ struct StageTimes {
 
 struct GenerateSettings {
     std::string sampler = default_sampler();  // sd/samplers.h
-    std::string schedule = "default";    // k-samplers: default | karras
+    std::string schedule = "default";    // k-samplers: default | karras; PLMS/DDIM: default | leading | trailing
     int steps = 50;
     double scale = 7.5;
     int height = 512, width = 512;

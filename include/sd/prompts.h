@@ -32,6 +32,7 @@ struct PromptOverrides {
     std::optional<double> scale;
     std::optional<int> height, width;  // "H", "W"
     std::optional<std::string> sampler;
+    std::optional<std::string> schedule;
     std::optional<int> n_iter;
 };
 
@@ -48,7 +49,7 @@ struct PromptLine {
 // Plain text: one prompt a line; blank lines and lines starting with '#' are
 // skipped; CRLF and a UTF-8 byte order mark accepted. A ".jsonl" file: one JSON
 // object a line with a string "prompt" and optional "negative_prompt", "seed",
-// "steps", "scale", "H", "W", "sampler", "n_iter". "-" reads standard input.
+// "steps", "scale", "H", "W", "sampler", "schedule", "n_iter". "-" reads standard input.
 // Throws sd::Error naming the file (and line) when it is unreadable, malformed,
 // not UTF-8, has an unknown key or bad value, or holds no prompt.
 std::vector<PromptLine> read_prompt_file(const std::string& path);

@@ -27,7 +27,8 @@ const SamplerInfo& sampler_info(const std::string& name);
 std::string sampler_choices();
 
 // Throws sd::Error (one line naming the choices) for an unknown sampler or
-// schedule, or a schedule other than default with a CompVis sampler.
+// schedule, or a schedule of the other family (karras for PLMS/DDIM; leading or
+// trailing, the CompVis timestep spacings, for a k-diffusion sampler).
 void check_sampler_settings(const std::string& sampler, const std::string& schedule);
 
 // Steps a sampler really runs for a requested count on a T-step schedule

@@ -27,6 +27,12 @@ struct Shard {
     int k = 0, n = 1;  // this process does the prompts whose number % n == k
 };
 
+// "K/N", or "auto": from a Slurm job array (SLURM_ARRAY_TASK_ID, with
+// SLURM_ARRAY_TASK_COUNT or _MIN/_MAX, and _STEP) or a Kubernetes Indexed Job
+// (JOB_COMPLETION_INDEX with SD_SHARD_COUNT). Throws sd::Error otherwise.
+Shard parse_shard(const std::string& text);
+Shard shard_from_environment();
+
 struct Txt2ImgJob {
     std::vector<PromptLine> prompts;  // from a file, or the one --prompt
     bool from_file = false;           // false: the one prompt, n_samples times per batch
@@ -43,6 +49,10 @@ struct Txt2ImgJob {
     bool grid = false;
     std::string save_latents;  // .npy path, empty for none
     std::string model_name;    // recorded in the metadata
+    // Remaking one image (--from-png): the first image's index (per-image seeds
+    // are seed + index), and in compvis mode the one place of the batch to write.
+    int first_index = 0;
+    std::optional<int> keep_position;
 };
 
 // One prompt of the run with its settings resolved (flags, then its JSONL line).
@@ -78,7 +88,9 @@ struct Txt2ImgEvents {
     std::function<void(const ImageRecord&)> image_written;
     std::function<void(const ProgressInfo&)> progress;
     std::function<bool()> stop_requested;  // checked between sampler steps and between batches
-    std::function<void(const std::string&)> note;  // informational messages (skipped files, grid)
+    std::function<void(const std::string&)> note;  // informational messages (skipped files)
+    // The --grid image: its path, its "parameters" text and how many images it shows.
+    std::function<void(const std::string& path, const std::string& parameters, int images)> grid_written;
 };
 
 struct Txt2ImgResult {
@@ -92,6 +104,14 @@ struct Txt2ImgResult {
 // starts), RunFailure when writing fails midway; returns normally, with
 // `interrupted` set, when stop_requested() said so.
 Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events);
+
+// The same for prompts that arrive one line at a time (--from-file -): each
+// batch starts as soon as its lines have arrived (n_samples of them with the
+// same settings, or the end of input) and its images are reported before the
+// next line is read. Images, seeds and names are those run_txt2img gives for
+// the same lines. Needs n_iter 1 (also in every line); each batch's lines are
+// checked when they arrive, so a bad line stops the run after the batches before it.
+Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, PromptReader& reader, const Txt2ImgEvents& events);
 
 // The next free "%05d.png" number in dir (one past the highest existing).
 int next_image_number(const std::string& dir);

@@ -264,7 +264,7 @@ void TorchPipeline::check(const GenerateSettings& s) const {
     if (s.steps < 1 || s.steps > T)
         throw Error("--steps must be between 1 and " + std::to_string(T) + ", the number of timesteps in this model's noise " +
                     "schedule (model.json alphas_cumprod), got " + std::to_string(s.steps));
-    sampler_step_count(s.sampler, s.steps, T);  // rejects CompVis counts whose schedule runs past T-1
+    sampler_step_count(s.sampler, s.schedule, s.steps, T);  // rejects CompVis counts whose schedule runs past T-1
     for (auto [name, v] : {std::pair<const char*, int>{"--H", s.height}, {"--W", s.width}}) {
         if (v < c.size_multiple || v % c.size_multiple != 0)
             throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +

@@ -21,9 +21,9 @@ struct StepTable {
     std::vector<float> alphas, alphas_prev, sqrt_one_minus_alphas;
 };
 
-StepTable make_table(const std::vector<float>& ac, int steps) {
+StepTable make_table(const std::vector<float>& ac, int steps, const std::string& spacing) {
     StepTable s;
-    s.timesteps = compvis_timesteps(steps, static_cast<int>(ac.size()));
+    s.timesteps = compvis_timesteps(steps, static_cast<int>(ac.size()), spacing);
     for (size_t i = 0; i < s.timesteps.size(); ++i) {
         float a = ac.at(static_cast<size_t>(s.timesteps[i]));
         s.alphas.push_back(a);
@@ -68,8 +68,8 @@ EpsFn v_to_eps(const ModelFn& model, const std::vector<float>& ac) {
 }
 
 at::Tensor run_ddim(const ModelFn& model, Parameterization p, at::Tensor x, const std::vector<float>& ac, int steps,
-                    at::Generator& gen, const StepFn& on_step) {
-    const StepTable s = make_table(ac, steps);
+                    const std::string& spacing, at::Generator& gen, const StepFn& on_step) {
+    const StepTable s = make_table(ac, steps, spacing);
     const int total = static_cast<int>(s.timesteps.size());
     for (int i = 0; i < total; ++i) {
         const int64_t index = total - i - 1;
@@ -88,9 +88,9 @@ at::Tensor run_ddim(const ModelFn& model, Parameterization p, at::Tensor x, cons
     return x;
 }
 
-at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac, int steps, at::Generator& gen,
-                    const StepFn& on_step) {
-    const StepTable s = make_table(ac, steps);
+at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac, int steps, const std::string& spacing,
+                    at::Generator& gen, const StepFn& on_step) {
+    const StepTable s = make_table(ac, steps, spacing);
     const int total = static_cast<int>(s.timesteps.size());
     std::vector<at::Tensor> old_eps;  // guided eps of earlier steps, newest last
     for (int i = 0; i < total; ++i) {
@@ -229,11 +229,11 @@ KStart k_start(const SamplerRun& r) {
 // One function per row of sampling/sampler_list.h.
 at::Tensor sample_plms(const SamplerRun& r) {
     const bool v = r.s.parameterization == Parameterization::V;
-    return run_plms(v ? v_to_eps(r.model, r.ac) : r.model, r.noise, r.ac, r.s.steps, r.gen, r.on_step);
+    return run_plms(v ? v_to_eps(r.model, r.ac) : r.model, r.noise, r.ac, r.s.steps, r.s.schedule, r.gen, r.on_step);
 }
 
 at::Tensor sample_ddim(const SamplerRun& r) {
-    return run_ddim(r.model, r.s.parameterization, r.noise, r.ac, r.s.steps, r.gen, r.on_step);
+    return run_ddim(r.model, r.s.parameterization, r.noise, r.ac, r.s.steps, r.s.schedule, r.gen, r.on_step);
 }
 
 at::Tensor sample_euler(const SamplerRun& r) {

@@ -30,7 +30,7 @@ Parameterization parse_parameterization(const std::string& name);
 
 struct SamplerSettings {
     std::string sampler = default_sampler();  // a name of sd/samplers.h
-    std::string schedule = "default";  // k-samplers: default (the model's sigmas) | karras
+    std::string schedule = "default";  // k-samplers: default (the model's sigmas) | karras; PLMS/DDIM: default | leading | trailing
     int steps = 50;
     Parameterization parameterization = Parameterization::Eps;
 };

@@ -7,7 +7,10 @@
 #include <type_traits>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "sd/error.h"
+#include "sd/version.h"
 
 namespace sd {
 
@@ -35,6 +38,7 @@ void set_negative_prompt(S& settings, const std::string& negative, const std::st
 
 bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
     return a.negative_prompt == b.negative_prompt && a.settings.sampler == b.settings.sampler &&
+           a.settings.schedule == b.settings.schedule && a.settings.prompt_weights == b.settings.prompt_weights &&
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
            a.seed == b.seed;
@@ -54,6 +58,7 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.height) item.settings.height = *o.height;
     if (o.width) item.settings.width = *o.width;
     if (o.sampler) item.settings.sampler = *o.sampler;
+    if (o.schedule) item.settings.schedule = *o.schedule;
     item.n_iter = o.n_iter.value_or(job.n_iter);
     item.seed = o.seed;
     if (item.seed && job.seed_mode != SeedMode::per_image)
@@ -132,15 +137,50 @@ std::string expand_name(const std::string& pattern, int index, uint64_t seed, co
     return out;
 }
 
-std::string parameters_text(const PromptItem& item, uint64_t seed, SeedMode mode, int index, const std::string& model) {
+std::string schedule_a1111_name(const std::string& schedule) {
+    if (schedule == "karras") return "Karras";
+    if (schedule == "leading") return "Leading";
+    if (schedule == "trailing") return "Trailing";
+    return "Uniform";
+}
+
+std::string schedule_from_a1111_name(const std::string& name) {
+    if (name == "Karras") return "karras";
+    if (name == "Leading") return "leading";
+    if (name == "Trailing") return "trailing";
+    if (name == "Uniform" || name == "Automatic") return "default";
+    return "";
+}
+
+namespace {
+
+// A value as A1111 writes it: in JSON quotes when it holds what would end it.
+std::string quoted(const std::string& v) {
+    return v.find_first_of(",:\"\n") == std::string::npos ? v : nlohmann::json(v).dump();
+}
+
+}  // namespace
+
+std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model) {
     // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
-    const std::string& sampler = sampler_info(item.settings.sampler).a1111_name;
+    const SamplerInfo& sampler = sampler_info(item.settings.sampler);
     std::string text = item.prompt + "\n";
     if (!item.negative_prompt.empty()) text += "Negative prompt: " + item.negative_prompt + "\n";
-    text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler +
-            ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(seed) +
+    text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler.a1111_name;
+    // PLMS and DDIM: only a spacing other than CompVis's is named (A1111 writes none for them).
+    if (sampler.family == SamplerFamily::k_diffusion || item.settings.schedule != "default")
+        text += ", Schedule type: " + schedule_a1111_name(item.settings.schedule);
+    text += ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(img.seed) +
             ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
-            ", Model: " + model + ", Seed mode: " + seed_mode_name(mode) + ", Image index: " + std::to_string(index);
+            ", Model: " + quoted(model);
+    // AUTOMATIC1111's syntax is the default; the other reading changes the image, so it is recorded.
+    if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";
+    text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
+    // compvis: the run's seed alone does not say which noise this image got; its batch does.
+    if (mode == SeedMode::compvis)
+        text += ", Batch size: " + std::to_string(img.batch_size) + ", Batch position: " + std::to_string(img.position) +
+                ", Batch number: " + std::to_string(img.batch_number);
+    text += std::string(", Version: ") + kVersionName;
     return text;
 }
 
@@ -197,7 +237,7 @@ RunPlan plan_run(const Txt2ImgJob& job) {
 
     // CompVis order: iterations outside, batches inside; a line with a smaller
     // n_iter of its own drops out of the later iterations.
-    int index = 0;
+    int index = job.first_index;
     for (int it = 0; it < max_iter; ++it) {
         for (const auto& g : groups) {
             if (plan.items[g[0]].n_iter <= it) continue;
@@ -207,6 +247,9 @@ RunPlan plan_run(const Txt2ImgJob& job) {
                 img.item = item;
                 img.iteration = it;
                 img.index = index++;
+                img.batch_size = static_cast<int>(g.size());
+                img.position = static_cast<int>(batch.images.size());
+                img.batch_number = static_cast<int>(plan.batches.size());
                 const auto& own = plan.items[item].seed;
                 img.seed = !per_image ? job.seed : own ? *own + static_cast<uint64_t>(it) : job.seed + static_cast<uint64_t>(img.index);
                 if (!pattern.empty()) img.name = expand_name(pattern, img.index, img.seed, plan.items[item].prompt);

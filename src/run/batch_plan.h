@@ -18,6 +18,9 @@ struct PlannedImage {
     int iteration = 0;  // 0-based
     int index = 0;      // 0-based, generation order over the whole unsharded run
     uint64_t seed = 0;  // per-image: its own seed; compvis: the run's seed
+    // Where its noise comes from in compvis mode: its batch's size, its place in
+    // the batch (0-based) and how many batches drew from the run's generator before.
+    int batch_size = 1, position = 0, batch_number = 0;
     std::string name;   // file name when names are fixed by a pattern; empty: numbered at write time
 };
 
@@ -38,8 +41,15 @@ struct RunPlan {
 RunPlan plan_run(const Txt2ImgJob& job);
 
 // The A1111-style "parameters" text: prompt, "Negative prompt: ..." when there
-// is one, then "Steps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x512, Model: ...".
-std::string parameters_text(const PromptItem& item, uint64_t seed, SeedMode mode, int index, const std::string& model);
+// is one, then "Steps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x512, Model: ...",
+// everything that decides the image (sd/from_png.h reads it back), and "Version".
+std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model);
+
+// --schedule's names as AUTOMATIC1111's "Schedule type" writes them (default:
+// "Uniform", the model's own sigmas; karras: "Karras"), and back ("" if unknown;
+// "Automatic" is the sampler's default, the model's sigmas here).
+std::string schedule_a1111_name(const std::string& schedule);
+std::string schedule_from_a1111_name(const std::string& name);
 
 // File name from a --name pattern: {index} (5 digits), {seed}, {prompt}
 // (letters, digits, '-', '_', '.', at most 80 bytes); ".png" is added.

@@ -55,11 +55,15 @@ PromptOverrides parse_overrides(const nlohmann::json& j, const std::string& wher
             if (!v.is_string() || v.get<std::string>().empty())
                 throw Error(what + " must be a sampler name, got " + v.dump());
             o.sampler = v.get<std::string>();
+        } else if (key == "schedule") {
+            if (!v.is_string() || v.get<std::string>().empty())
+                throw Error(what + " must be a schedule name, got " + v.dump());
+            o.schedule = v.get<std::string>();
         } else if (key == "n_iter") {
             o.n_iter = static_cast<int>(get_whole(v, what, kIterRange));
         } else {
             throw Error(where + ": unknown key \"" + key +
-                        "\" (known: prompt, negative_prompt, seed, steps, scale, H, W, sampler, n_iter)");
+                        "\" (known: prompt, negative_prompt, seed, steps, scale, H, W, sampler, schedule, n_iter)");
         }
     }
     return o;

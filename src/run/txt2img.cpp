@@ -10,6 +10,7 @@
 #include "io/image_io.h"
 #include "io/npy.h"
 #include "run/batch_plan.h"
+#include "sampling/schedule.h"
 
 namespace sd {
 
@@ -132,7 +133,7 @@ public:
 private:
     int steps_of(const PlannedBatch& b) const {
         const GenerateSettings& s = plan_.items[b.images[0].item].settings;
-        return sampler_step_count(s.sampler, s.steps, timesteps_);
+        return sampler_step_count(s.sampler, s.schedule, s.steps, timesteps_);
     }
 
     const RunPlan& plan_;
@@ -149,6 +150,7 @@ void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch&
                  double seconds, int& next_number, const Txt2ImgEvents& events, Txt2ImgResult& result) {
     for (size_t k = 0; k < batch.images.size(); ++k) {
         const PlannedImage& img = batch.images[k];
+        if (job.keep_position && img.position != *job.keep_position) continue;
         ImageRecord rec;
         rec.item = &plan.items[img.item];
         rec.index = img.index;
@@ -156,7 +158,7 @@ void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch&
         rec.seed_mode = job.seed_mode;
         rec.model = job.model_name;
         rec.seconds = seconds;
-        rec.parameters = parameters_text(*rec.item, img.seed, job.seed_mode, img.index, job.model_name);
+        rec.parameters = parameters_text(*rec.item, img, job.seed_mode, job.model_name);
         try {
             if (!img.name.empty()) {
                 rec.path = join_path(job.outdir, img.name);
@@ -187,10 +189,18 @@ struct Extras {
     std::vector<float> latents;
     std::vector<int64_t> latent_shape;
     std::vector<Image> grid_images;
+    std::string grid_parameters;  // the first image's, as AUTOMATIC1111 labels its grids
 
-    void add(const Txt2ImgJob& job, const BatchOutput& out) {
+    void add(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out) {
+        if (job.grid && grid_parameters.empty()) {
+            const PlannedImage& first = batch.images.front();
+            grid_parameters = parameters_text(plan.items[first.item], first, job.seed_mode, job.model_name);
+        }
         if (!job.save_latents.empty()) {
             latents.insert(latents.end(), out.latents.begin(), out.latents.end());
+            // A stream's lines are checked as they come: one .npy holds one shape.
+            if (!latent_shape.empty() && !std::equal(latent_shape.begin() + 1, latent_shape.end(), out.latent_shape.begin() + 1))
+                throw Error("--save-latents needs every image the same size; a later line's size differs");
             if (latent_shape.empty()) latent_shape = out.latent_shape;
             else latent_shape[0] += out.latent_shape[0];
         }
@@ -213,8 +223,9 @@ struct Extras {
             char name[32];
             std::snprintf(name, sizeof name, "grid-%04d.png", g);
             const std::string path = join_path(job.outdir, name);
-            if (save_png_new(path, grid)) {
-                if (events.note) events.note("grid: " + path);
+            const std::string text = grid_parameters + ", Grid images: " + std::to_string(grid_images.size());
+            if (save_png_new(path, grid, text)) {
+                if (events.grid_written) events.grid_written(path, text, static_cast<int>(grid_images.size()));
                 return;
             }
         }
@@ -223,27 +234,36 @@ struct Extras {
 
 }  // namespace
 
-Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events) {
-    const RunPlan plan = plan_run(job);
+namespace {
+
+// What a run carries from one plan to the next (a stream runs one plan per batch).
+struct RunState {
+    Txt2ImgResult result;
+    int next_number = -1;  // the next CompVis file number; found once the folder is checked
+    Extras extras;
+};
+
+// Runs this shard's batches of one plan (the generator seeded already in
+// compvis mode); sets result.interrupted when told to stop.
+void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, const Txt2ImgEvents& events, RunState& st) {
     check_before_running(pipeline, job, plan);
     auto stop = [&] { return events.stop_requested && events.stop_requested(); };
-
-    Txt2ImgResult result;
-    const std::vector<PlannedBatch> todo = select_work(job, plan, result.skipped);
-    if (result.skipped > 0 && events.note)
-        events.note("skipping " + std::to_string(result.skipped) + " image" + (result.skipped == 1 ? "" : "s") +
+    Txt2ImgResult& result = st.result;
+    int skipped = 0;
+    const std::vector<PlannedBatch> todo = select_work(job, plan, skipped);
+    result.skipped += skipped;
+    if (skipped > 0 && events.note)
+        events.note("skipping " + std::to_string(skipped) + " image" + (skipped == 1 ? "" : "s") +
                     " that already exist in " + job.outdir);
     RunClock clock(plan, todo, static_cast<int>(pipeline.config().alphas_cumprod.size()));
-    result.planned = clock.images();
+    result.planned += clock.images();
+    if (st.next_number < 0) st.next_number = next_image_number(job.outdir);
 
     const bool per_image = job.seed_mode == SeedMode::per_image;
-    if (!per_image) pipeline.seed(job.seed);
-    int next_number = next_image_number(job.outdir);
-    Extras extras;
     for (const auto& batch : todo) {
         if (stop()) {
             result.interrupted = true;
-            break;
+            return;
         }
         std::vector<std::string> prompts;
         for (const auto& img : batch.images) prompts.push_back(plan.items[img.item].prompt);
@@ -259,20 +279,87 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
             out = pipeline.generate(prompts, plan.items[batch.images[0].item].settings, progress);
         } catch (const Interrupted&) {
             result.interrupted = true;
-            break;
+            return;
         }
         const double seconds = clock.end_batch();
-        write_batch(job, plan, batch, out, seconds, next_number, events, result);
-        extras.add(job, out);
+        write_batch(job, plan, batch, out, seconds, st.next_number, events, result);
+        st.extras.add(job, plan, batch, out);
     }
-    // An interrupted run leaves only whole images; the latents and the grid would be partial.
-    if (result.interrupted) return result;
+}
+
+// The latents and the grid, once the run is whole (an interrupted run leaves only whole images).
+Txt2ImgResult finish_run(const Txt2ImgJob& job, const Txt2ImgEvents& events, RunState& st) {
+    if (st.result.interrupted) return st.result;
     try {
-        extras.write(job, events);
+        st.extras.write(job, events);
     } catch (const Error& e) {
         throw RunFailure(e.what());
     }
-    return result;
+    return st.result;
+}
+
+}  // namespace
+
+Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events) {
+    const RunPlan plan = plan_run(job);
+    RunState st;
+    if (job.seed_mode != SeedMode::per_image) pipeline.seed(job.seed);
+    run_plan(pipeline, job, plan, events, st);
+    return finish_run(job, events, st);
+}
+
+Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, PromptReader& reader, const Txt2ImgEvents& events) {
+    if (job.n_iter != 1) throw Error("a prompt stream needs --n_iter 1 (every iteration goes over the whole list)");
+    const size_t cap = job.seed_mode == SeedMode::per_image ? 1 : static_cast<size_t>(job.n_samples);
+    // The plan of these lines alone, numbered on from what the stream gave before.
+    int number = 0, index = 0, batches = 0;
+    auto plan_of = [&](const std::vector<PromptLine>& lines) {
+        Txt2ImgJob part = job;
+        part.prompts = lines;
+        part.from_file = true;
+        part.first_index = job.first_index + index;
+        part.save_latents.clear();  // written once, at the end; its path was checked then
+        RunPlan plan = plan_run(part);
+        for (auto& item : plan.items) {
+            item.number += number;
+            if (item.n_iter != 1)
+                throw Error(item.where + ": \"n_iter\" needs a prompt file; a stream is run as it arrives");
+        }
+        for (auto& b : plan.batches)
+            for (auto& img : b.images) img.batch_number += batches;
+        return plan;
+    };
+
+    RunState st;
+    if (!job.save_latents.empty()) check_new_file_path(job.save_latents, "--save-latents");
+    if (job.seed_mode != SeedMode::per_image) pipeline.seed(job.seed);
+    std::optional<PromptLine> pending = reader.next();
+    if (!pending) throw Error("prompt file <stdin> holds no prompts");
+    while (pending) {
+        // A batch: the next lines with the same settings, until it is full or the input ends.
+        // Once it is full nothing more is read, so a producer waiting for this batch's images is served.
+        std::vector<PromptLine> lines = {std::move(*pending)};
+        pending.reset();
+        while (lines.size() < cap) {
+            std::optional<PromptLine> next = reader.next();
+            if (!next) break;
+            std::vector<PromptLine> longer = lines;
+            longer.push_back(*next);
+            if (plan_of(longer).batches.size() != 1) {
+                pending = std::move(next);
+                break;
+            }
+            lines = std::move(longer);
+        }
+        const RunPlan plan = plan_of(lines);
+        run_plan(pipeline, job, plan, events, st);
+        if (st.result.interrupted) break;
+        number += static_cast<int>(lines.size());
+        for (const auto& b : plan.batches) index += static_cast<int>(b.images.size());
+        batches += static_cast<int>(plan.batches.size());
+        if (!pending) pending = reader.next();
+    }
+    return finish_run(job, events, st);
 }
 
 }  // namespace sd

@@ -31,9 +31,15 @@ const SamplerInfo& sampler_info(const std::string& name) {
 
 void check_sampler_settings(const std::string& sampler, const std::string& schedule) {
     const SamplerInfo& info = sampler_info(sampler);
-    if (schedule != "default" && schedule != "karras")
-        throw Error("unknown schedule '" + schedule + "' (choose default or karras)");
-    if (schedule != "default" && info.family != SamplerFamily::k_diffusion) {
+    if (schedule != "default" && schedule != "karras" && schedule != "leading" && schedule != "trailing")
+        throw Error("unknown schedule '" + schedule + "' (choose default or karras; leading or trailing for PLMS and DDIM)");
+    if ((schedule == "leading" || schedule == "trailing") && info.family != SamplerFamily::compvis) {
+        std::string c;
+        for (const auto& s : samplers())
+            if (s.family == SamplerFamily::compvis) c += (c.empty() ? "" : " and ") + s.name;
+        throw Error("--schedule " + schedule + " applies to " + c + " only, not to " + sampler);
+    }
+    if (schedule == "karras" && info.family != SamplerFamily::k_diffusion) {
         std::string k;
         for (const auto& s : samplers())
             if (s.family == SamplerFamily::k_diffusion) k += (k.empty() ? "" : ", ") + s.name;
@@ -44,8 +50,12 @@ void check_sampler_settings(const std::string& sampler, const std::string& sched
 }
 
 int sampler_step_count(const std::string& sampler, int requested_steps, int num_train_timesteps) {
+    return sampler_step_count(sampler, "default", requested_steps, num_train_timesteps);
+}
+
+int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, int num_train_timesteps) {
     if (sampler_info(sampler).family == SamplerFamily::k_diffusion) return requested_steps;
-    return static_cast<int>(compvis_timesteps(requested_steps, num_train_timesteps).size());
+    return static_cast<int>(compvis_timesteps(requested_steps, num_train_timesteps, schedule).size());
 }
 
 }  // namespace sd

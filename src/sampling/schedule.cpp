@@ -1,5 +1,7 @@
 #include "sampling/schedule.h"
 
+#include <cmath>
+
 #include "sd/error.h"
 
 namespace sd {
@@ -23,6 +25,25 @@ std::vector<int> compvis_timesteps(int steps, int num_train_timesteps) {
         throw Error("--steps " + std::to_string(steps) + " does not work with the CompVis schedule (it would need timestep " +
                     std::to_string(ts.back()) + "; the model has 0.." + std::to_string(num_train_timesteps - 1) +
                     "); use " + std::to_string(lower) + " or " + std::to_string(higher));
+    }
+    return ts;
+}
+
+std::vector<int> compvis_timesteps(int steps, int num_train_timesteps, const std::string& spacing) {
+    if (spacing == "default") return compvis_timesteps(steps, num_train_timesteps);
+    const int T = num_train_timesteps;
+    if (steps < 1 || steps > T)
+        throw Error("steps must be between 1 and " + std::to_string(T) + ", got " + std::to_string(steps));
+    std::vector<int> ts;
+    if (spacing == "leading") {
+        const int c = T / steps;
+        const int offset = (steps - 1) * c + 1 <= T - 1 ? 1 : 0;
+        for (int i = 0; i < steps; ++i) ts.push_back(i * c + offset);
+    } else if (spacing == "trailing") {
+        for (int i = steps - 1; i >= 0; --i)
+            ts.push_back(static_cast<int>(std::lround(T - static_cast<double>(i) * T / steps)) - 1);
+    } else {
+        throw Error("unknown spacing '" + spacing + "' (choose default, leading or trailing)");
     }
     return ts;
 }

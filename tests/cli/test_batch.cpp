@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -181,10 +182,17 @@ TEST(Batch, SevenPromptsThreeSamplesThreeIterationsGive21Images) {
     const std::string dir = sdtest::temp_dir();
     auto r = sdtest::run(plus(fast_args(dir + "/out"),
                               {"--from-file", seven_prompts_file(dir), "--n_samples", "3", "--n_iter", "3", "--json",
-                               "--save-latents", dir + "/l.npy"}));
+                               "--save-latents", dir + "/l.npy", "--grid"}));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto out = sdtest::lines(r.out);
-    ASSERT_EQ(out.size(), 21u);
+    ASSERT_EQ(out.size(), 22u);
+    // The last record is the grid's.
+    json grid = json::parse(out.back());
+    out.pop_back();
+    EXPECT_EQ(grid["path"], dir + "/out/grid-0000.png");
+    EXPECT_EQ(grid["grid"], true);
+    EXPECT_EQ(grid["images"], 21);
+    EXPECT_EQ(sd::png_read_text(read_bytes(grid["path"]))["parameters"], grid["parameters"].get<std::string>());
     const std::vector<std::string> prompts = {"a red fox", "a blue bird", "a green frog", "un café au lait, 猫",
                                               "a yellow sun", "a purple cow", "a white swan"};
     const std::vector<int> file_lines = {1, 4, 5, 6, 7, 9, 10};
@@ -213,7 +221,7 @@ TEST(Batch, SevenPromptsThreeSamplesThreeIterationsGive21Images) {
         EXPECT_EQ(img.width, 64);
     }
     EXPECT_EQ(paths.size(), 21u);
-    EXPECT_EQ(files_of(dir + "/out").size(), 21u);  // nothing else left there
+    EXPECT_EQ(files_of(dir + "/out").size(), 22u);  // the grid, nothing else left there
     // The batches, as the progress lines show them.
     for (const char* b : {"images 1-3/21", "images 4-6/21", "image 7/21  step", "images 8-10/21", "image 21/21  step 4/4"})
         EXPECT_NE(r.err.find(b), std::string::npos) << b << "\n" << r.err;
@@ -229,14 +237,89 @@ TEST(Batch, PromptsFromStdin) {
     EXPECT_EQ(sd::png_read_text(read_bytes(dir + "/00001.png"))["parameters"].rfind("two\n", 0), 0u);
 }
 
+// A producer and a consumer on either side of the tool: each line's image is
+// made and its JSON record printed before the next line is written. The images
+// are those of the same lines read from a file (compvis seeds: one generator
+// for the whole stream). While it waits, `pgrep -x sd-txt2img` finds it.
+TEST(Batch, StreamedPromptsAreServedOneLineAtATime) {
+    const std::string dir = sdtest::temp_dir();
+    int in[2], out[2];
+    ASSERT_EQ(pipe(in), 0);
+    ASSERT_EQ(pipe(out), 0);
+    const auto argv = plus(fast_args(dir + "/stream", 2), {"--quiet", "--json", "--from-file", "-"});
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        std::vector<char*> args;
+        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    std::string got;
+    // Reads stdout until it holds `lines` lines; false after 60 s.
+    auto wait_lines = [&](size_t lines) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        char buf[4096];
+        while (static_cast<size_t>(std::count(got.begin(), got.end(), '\n')) < lines) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            pollfd pfd{out[0], POLLIN, 0};
+            if (poll(&pfd, 1, 200) <= 0) continue;
+            const ssize_t n = read(out[0], buf, sizeof buf);
+            if (n <= 0) return false;
+            got.append(buf, static_cast<size_t>(n));
+        }
+        return true;
+    };
+    auto send = [&](const std::string& line) { ASSERT_EQ(write(in[1], line.data(), line.size()), static_cast<ssize_t>(line.size())); };
+    send("a red fox\n");
+    const bool first = wait_lines(1);
+    EXPECT_TRUE(first) << "no record for the first line while the stream stays open";
+    // The process is named after its executable (not "exe"), also after its OpenMP re-exec.
+    if (first) {
+        auto pg = sdtest::run({"/usr/bin/pgrep", "-x", "sd-txt2img"});
+        EXPECT_NE(("\n" + pg.out).find("\n" + std::to_string(pid) + "\n"), std::string::npos) << "pgrep printed:\n" << pg.out;
+    }
+    send("a blue bird\n");
+    EXPECT_TRUE(wait_lines(2)) << got;
+    close(in[1]);
+    char rest[256];
+    while (read(out[0], rest, sizeof rest) > 0) {}
+    close(out[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    const auto records = sdtest::lines(got);
+    ASSERT_EQ(records.size(), 2u) << got;
+    EXPECT_EQ(json::parse(records[1])["prompt"], "a blue bird");
+    EXPECT_EQ(json::parse(records[1])["index"], 1);
+
+    sdtest::write_text(dir + "/p.txt", "a red fox\na blue bird\n");
+    auto file = sdtest::run(plus(fast_args(dir + "/file", 2), {"--quiet", "--from-file", dir + "/p.txt"}));
+    ASSERT_EQ(file.exit_code, 0) << file.err;
+    for (const char* name : {"00000.png", "00001.png"})
+        EXPECT_EQ(sdtest::read_text(dir + "/stream/" + name), sdtest::read_text(dir + "/file/" + name)) << name;
+}
+
 TEST(Batch, JsonlOverridesReachTheImages) {
     auto r = run_jsonl("{\"prompt\": \"wide\", \"W\": 96, \"steps\": 2, \"sampler\": \"ddim\", \"scale\": 3}\n"
-                       "{\"prompt\": \"tall\", \"H\": 96, \"n_iter\": 2}\n",
-                       {"--json"});
+                       "{\"prompt\": \"tall\", \"H\": 96, \"n_iter\": 2}\n"
+                       "{\"prompt\": \"karras\", \"sampler\": \"euler\", \"schedule\": \"karras\", \"steps\": 2, \"n_iter\": 1}\n",
+                       {"--json", "--grid"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto out = sdtest::lines(r.out);
-    ASSERT_EQ(out.size(), 3u);
-    json a = json::parse(out[0]), b = json::parse(out[1]), c = json::parse(out[2]);
+    ASSERT_EQ(out.size(), 4u) << r.out;  // no grid: the sizes differ
+    json k = json::parse(out[2]);
+    EXPECT_EQ(k["prompt"], "karras");
+    EXPECT_EQ(k["schedule"], "karras");
+    EXPECT_EQ(k["sampler"], "euler");
+    EXPECT_EQ(json::parse(out[0])["schedule"], "default");
+    json a = json::parse(out[0]), b = json::parse(out[1]), c = json::parse(out[3]);  // the second iteration
     EXPECT_EQ(a["size"], "96x64");
     EXPECT_EQ(a["sampler"], "ddim");
     EXPECT_EQ(a["steps"], 2);
@@ -284,11 +367,17 @@ TEST(Batch, NamePatternAndGrid) {
                               {"--quiet", "--seed-mode", "per-image", "--name", "{index}-{seed}-{prompt}", "--prompt",
                                "a red/blue cat", "--n_samples", "2", "--n_iter", "2", "--grid"}));
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    // The grid is a written image too: its path is the last line of stdout (also with --quiet).
     EXPECT_EQ(r.out, dir + "/00000-42-a_red_blue_cat.png\n" + dir + "/00001-43-a_red_blue_cat.png\n" + dir +
-                         "/00002-44-a_red_blue_cat.png\n" + dir + "/00003-45-a_red_blue_cat.png\n");
+                         "/00002-44-a_red_blue_cat.png\n" + dir + "/00003-45-a_red_blue_cat.png\n" + dir +
+                         "/grid-0000.png\n");
     auto grid = sd::read_png(dir + "/grid-0000.png");
     EXPECT_EQ(grid.width, 2 * 66 + 2);
     EXPECT_EQ(grid.height, 2 * 66 + 2);
+    // Its metadata: the first image's, as AUTOMATIC1111 labels a grid, and how many images it shows.
+    const std::string grid_text = sd::png_read_text(read_bytes(dir + "/grid-0000.png"))["parameters"];
+    const std::string first_text = sd::png_read_text(read_bytes(dir + "/00000-42-a_red_blue_cat.png"))["parameters"];
+    EXPECT_EQ(grid_text, first_text + ", Grid images: 4");
     // A second run with the same names refuses to replace them.
     auto again = sdtest::run(plus(fast_args(dir), {"--quiet", "--seed-mode", "per-image", "--name", "{index}-{seed}-{prompt}",
                                                    "--prompt", "a red/blue cat"}));
@@ -335,6 +424,89 @@ TEST(Shards, ThreeShardsEqualTheUnshardedRunByteForByte) {
 
 // Acceptance: SIGINT in the middle of a batch: exit 130, a summary, only whole
 // images; --skip-existing then finishes with the images of an uninterrupted run.
+namespace {
+
+// The tool with only the given sharding variables in its environment.
+std::vector<std::string> with_env(const std::vector<std::string>& vars, const std::vector<std::string>& argv) {
+    std::vector<std::string> a = {"/usr/bin/env"};
+    for (const char* v : {"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+                          "SLURM_ARRAY_TASK_STEP", "JOB_COMPLETION_INDEX", "SD_SHARD_COUNT"})
+        a.insert(a.end(), {"-u", v});
+    return plus(plus(a, vars), argv);
+}
+
+}  // namespace
+
+// Acceptance: --shard auto under a Slurm job array (COUNT, or MIN/MAX) and a
+// Kubernetes Indexed Job does what --shard 1/3 does; without either it says what it needs.
+TEST(Shards, AutoFromSlurmAndIndexedJobVariablesEqualsKOverN) {
+    const std::string dir = sdtest::temp_dir();
+    const std::string prompts = seven_prompts_file(dir);
+    auto args = [&](const std::string& out, const std::string& shard) {
+        return plus(fast_args(dir + "/" + out, 2), {"--quiet", "--from-file", prompts, "--seed-mode", "per-image", "--shard", shard});
+    };
+    auto ref = sdtest::run(with_env({}, args("ref", "1/3")));
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    ASSERT_EQ(files_of(dir + "/ref").size(), 2u);  // prompts 1 and 4
+    const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+        {"slurm", {"SLURM_ARRAY_TASK_ID=1", "SLURM_ARRAY_TASK_COUNT=3"}},
+        {"minmax", {"SLURM_ARRAY_TASK_ID=5", "SLURM_ARRAY_TASK_MIN=4", "SLURM_ARRAY_TASK_MAX=6"}},
+        {"indexed", {"JOB_COMPLETION_INDEX=1", "SD_SHARD_COUNT=3"}}};
+    for (const auto& [name, vars] : cases) {
+        auto r = sdtest::run(with_env(vars, args(name, "auto")));
+        ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+        EXPECT_EQ(files_of(dir + "/" + name), files_of(dir + "/ref")) << name;
+    }
+    expect_input_error(sdtest::run(with_env({}, args("none", "auto"))), "--shard auto needs SLURM_ARRAY_TASK_ID");
+    expect_input_error(sdtest::run(with_env({"JOB_COMPLETION_INDEX=1"}, args("none", "auto"))), "SD_SHARD_COUNT is not");
+    expect_input_error(sdtest::run(with_env({"SLURM_ARRAY_TASK_ID=3", "SLURM_ARRAY_TASK_COUNT=3"}, args("none", "auto"))),
+                       "gives shard 3/3");
+}
+
+// Acceptance: GNU parallel (docs/cluster.md's command line) over 3 shards gives
+// the unsharded run's images byte for byte, the concatenated manifests list
+// every image exactly once, and --resume then runs nothing again.
+TEST(Shards, GnuParallelOverThreeShardsEqualsTheUnshardedRun) {
+    ASSERT_EQ(sdtest::run({"/bin/sh", "-c", "command -v parallel"}).exit_code, 0)
+        << "GNU parallel is not installed (scripts/setup.sh installs it)";
+    const std::string dir = sdtest::temp_dir();
+    const std::string prompts = seven_prompts_file(dir);
+    auto common = plus(fast_args(dir + "/all", 2), {"--quiet", "--from-file", prompts, "--seed-mode", "per-image", "--seed", "3"});
+    auto all = sdtest::run(common);
+    ASSERT_EQ(all.exit_code, 0) << all.err;
+    common[4] = dir + "/par";
+    std::string cmd = "parallel --will-cite --joblog " + dir + "/joblog --resume";
+    for (const auto& a : common) cmd += " '" + a + "'";
+    cmd += " --shard {}/3 --manifest " + dir + "/m-{}.jsonl ::: 0 1 2";
+    auto par = sdtest::run({"/bin/sh", "-c", cmd});
+    ASSERT_EQ(par.exit_code, 0) << par.err;
+    EXPECT_EQ(files_of(dir + "/par"), files_of(dir + "/all"));
+    auto manifests = [&] {
+        return sdtest::read_text(dir + "/m-0.jsonl") + sdtest::read_text(dir + "/m-1.jsonl") + sdtest::read_text(dir + "/m-2.jsonl");
+    };
+    std::map<int, int> seen;
+    std::set<std::string> hashes;
+    for (const auto& l : sdtest::lines(manifests())) {
+        json m = json::parse(l);
+        seen[m["index"].get<int>()]++;
+        hashes.insert(m["model_hash"].get<std::string>());
+        EXPECT_EQ(m["status"], "written");
+        EXPECT_TRUE(fs::exists(m["path"].get<std::string>())) << l;
+        EXPECT_EQ(m["parameters"], sd::png_read_text(read_bytes(m["path"]))["parameters"]);
+    }
+    ASSERT_EQ(seen.size(), 7u);
+    for (const auto& [index, count] : seen) EXPECT_EQ(count, 1) << "image " << index;
+    EXPECT_EQ(seen.begin()->first, 0);
+    EXPECT_EQ(seen.rbegin()->first, 6);
+    ASSERT_EQ(hashes.size(), 1u);
+    EXPECT_EQ(hashes.begin()->size(), 16u);
+    // The joblog says every shard is done: nothing runs again, nothing is added.
+    const std::string before = manifests();
+    auto again = sdtest::run({"/bin/sh", "-c", cmd});
+    EXPECT_EQ(again.exit_code, 0) << again.err;
+    EXPECT_EQ(manifests(), before);
+}
+
 TEST(Interrupt, SigintMidBatchThenResumeEqualsUninterruptedRun) {
     const std::string dir = sdtest::temp_dir();
     const std::string prompts = seven_prompts_file(dir);
@@ -524,6 +696,15 @@ TEST(BadBatchInput, JsonlSizeTheModelCannotTake) {
 
 TEST(BadBatchInput, JsonlUnknownSampler) {
     expect_input_error(run_jsonl("{\"prompt\": \"a\", \"sampler\": \"heun9\"}\n"), "p.jsonl:1: unknown sampler 'heun9'");
+}
+
+TEST(BadBatchInput, JsonlUnknownSchedule) {
+    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"sampler\": \"euler\", \"schedule\": \"krras\"}\n"),
+                       "p.jsonl:1: unknown schedule 'krras'");
+}
+
+TEST(BadBatchInput, JsonlScheduleWithACompvisSampler) {
+    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"schedule\": \"karras\"}\n"), "p.jsonl:1: --schedule karras applies to");
 }
 
 TEST(BadBatchInput, JsonlSeedWithCompvisSeeds) {

@@ -54,6 +54,35 @@ TEST(Tokenize, AllFixtureCasesExactThroughCli) {
     std::cerr << "all: " << cases.size() - failed << "/" << cases.size() << " exact\n";
 }
 
+// --prompt-syntax plain is CompVis's reading: prompts over 75 tokens are cut to one
+// 77-token window, exactly the reference tokenizer's ids for the cases it truncated.
+TEST(Tokenize, PlainSyntaxCutsLongPromptsToTheReferenceIds) {
+    const std::string cases_path = sdtest::env("SD_SOURCE_DIR") + "/tests/fixtures/tokenizer/cases.jsonl";
+    std::vector<json> truncated;
+    for (const auto& l : sdtest::lines(sdtest::read_text(cases_path))) {
+        if (l.empty()) continue;
+        json c = json::parse(l);
+        for (const auto& f : c["flags"])
+            if (f == "truncated") truncated.push_back(c);
+    }
+    ASSERT_GE(truncated.size(), 5u);
+    std::string prompts;
+    for (const auto& c : truncated) prompts += json{{"prompt", c["prompt"]}}.dump() + "\n";
+    const std::string file = sdtest::temp_dir() + "/long.jsonl";
+    sdtest::write_text(file, prompts);
+    auto r = run({sdtest::cli(), "--prompt-syntax", "plain", "--tokenize", "--from-file", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto out = sdtest::lines(r.out);
+    ASSERT_EQ(out.size(), truncated.size());
+    for (size_t i = 0; i < truncated.size(); ++i) {
+        const auto& c = truncated[i];
+        EXPECT_EQ(json::parse(out[i]), c.contains("ids_hf") ? c["ids_hf"] : c["ids"]) << c["prompt"].dump();
+    }
+    auto bad = run({sdtest::cli(), "--prompt-syntax", "compvis", "--tokenize", "--prompt", "a"});
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_EQ(bad.err, "sd-txt2img: error: --prompt-syntax must be a1111 or plain, got \"compvis\"\n");
+}
+
 TEST(Tokenize, PromptOptionPrintsOneLineOf77Ids) {
     auto r = run({sdtest::cli(), "--tokenize", "--prompt", ""});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -588,4 +617,24 @@ TEST(Trust, ModelFileThatRunsCodeOnLoadIsRefused) {
         EXPECT_TRUE(std::filesystem::exists(marker)) << "torch.jit.load of the payload wrote nothing: the test proves nothing\n"
                                                      << loaded.err;
     }
+}
+
+// scripts/quickstart.sh: only the image's path reaches stdout; what its set-up
+// and build print goes to stderr. Run in a copy whose set-up, build and tool are
+// stand-ins that each print a line on stdout.
+TEST(Quickstart, OnlyTheImagePathGoesToStdout) {
+    namespace fs = std::filesystem;
+    const std::string root = sdtest::temp_dir();
+    fs::create_directories(root + "/scripts");
+    fs::create_directories(root + "/build");
+    fs::copy_file(sdtest::env("SD_SOURCE_DIR") + "/scripts/quickstart.sh", root + "/scripts/quickstart.sh");
+    sdtest::write_text(root + "/scripts/setup.sh", "#!/bin/sh\necho setup: all packages present\n");
+    sdtest::write_text(root + "/scripts/build.sh", "#!/bin/sh\necho '[100%] Built target sd-txt2img'\n");
+    sdtest::write_text(root + "/build/sd-txt2img", "#!/bin/sh\necho outputs/quickstart/00000.png\n");
+    for (const char* f : {"/scripts/quickstart.sh", "/scripts/setup.sh", "/scripts/build.sh", "/build/sd-txt2img"})
+        fs::permissions(root + f, fs::perms::owner_all);
+    auto r = run({"/bin/bash", root + "/scripts/quickstart.sh", "a red circle"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "outputs/quickstart/00000.png\n");
+    EXPECT_NE(r.err.find("Built target"), std::string::npos) << r.err;
 }

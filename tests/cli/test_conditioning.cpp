@@ -72,11 +72,12 @@ TEST(Conditioning, ShorterSidePaddedWithTheEmptyPromptsWindow) {
 
 namespace {
 
-at::Tensor latents_for(const std::string& prompt, const std::string& negative = "") {
+at::Tensor latents_for(const std::string& prompt, const std::string& negative = "", const std::string& syntax = "a1111") {
     const std::string out = sdtest::temp_dir();
     std::vector<std::string> args = {sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--outdir", out,
                                      "--quiet", "--threads", "1", "--seed", "11", "--H", "64", "--W", "64", "--steps", "8",
-                                     "--sampler", "ddim", "--prompt", prompt, "--save-latents", out + "/l.npy"};
+                                     "--sampler", "ddim", "--prompt", prompt, "--save-latents", out + "/l.npy",
+                                     "--prompt-syntax", syntax};
     if (!negative.empty()) args.insert(args.end(), {"--negative-prompt", negative});
     auto r = sdtest::run(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -112,4 +113,22 @@ TEST(PromptEffects, LongNegativePromptWithShortPrompt) {
     auto neg150 = latents_for("a red fox", words(150));
     EXPECT_GT(sdtest::max_abs_diff(neg75, none), 0);
     EXPECT_GT(sdtest::max_abs_diff(neg150, neg75), 0) << "the negative prompt's tokens beyond 75 count";
+}
+
+// --prompt-syntax plain is CompVis's conditioning: one window of the first 75
+// tokens (the reference cuts there), which is what the default gives a prompt
+// of 75 tokens, bit for bit; the default reads the rest as a second window.
+TEST(PromptSyntax, PlainCutsALongPromptToItsFirstWindowAsCompVisDoes) {
+    auto plain150 = latents_for(words(150), "", "plain");
+    auto first75 = latents_for(words(75));
+    EXPECT_TRUE(at::equal(plain150, first75)) << "differ by " << sdtest::max_abs_diff(plain150, first75);
+}
+
+// plain reads brackets as text: the same image as the default with the brackets escaped.
+TEST(PromptSyntax, PlainReadsWeightSyntaxAsText) {
+    auto plain = latents_for("a (red:1.5) fox in a forest", "", "plain");
+    auto escaped = latents_for("a \\(red:1.5\\) fox in a forest");
+    auto weighted = latents_for("a (red:1.5) fox in a forest");
+    EXPECT_TRUE(at::equal(plain, escaped)) << "differ by " << sdtest::max_abs_diff(plain, escaped);
+    EXPECT_GT(sdtest::max_abs_diff(plain, weighted), 0);
 }

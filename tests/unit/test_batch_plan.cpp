@@ -6,6 +6,8 @@
 #include "sd/error.h"
 #include "test_util.h"
 #include "run/batch_plan.h"
+#include "sd/from_png.h"
+#include "sd/version.h"
 
 
 namespace {
@@ -101,9 +103,73 @@ TEST(Metadata, ParametersTextIsA1111Style) {
     item.settings.scale = 7.5;
     item.settings.width = 512;
     item.settings.height = 768;
-    EXPECT_EQ(sd::parameters_text(item, 42, sd::SeedMode::per_image, 3, "sd15"),
+    sd::PlannedImage img;
+    img.seed = 42;
+    img.index = 3;
+    const std::string version = std::string(", Version: ") + sd::kVersionName;
+    EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::per_image, "sd15"),
               "a cat\nNegative prompt: blurry\nSteps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x768, "
-              "Model: sd15, Seed mode: per-image, Image index: 3");
+              "Model: sd15, Seed mode: per-image, Image index: 3" + version);
     item.negative_prompt.clear();
-    EXPECT_EQ(sd::parameters_text(item, 1, sd::SeedMode::compvis, 0, "m").find("Negative"), std::string::npos);
+    EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::compvis, "m").find("Negative"), std::string::npos);
+    // k-diffusion samplers: A1111's sampler and schedule names; compvis seeds: the batch; a model name with a comma quoted.
+    item.settings.sampler = "euler_a";
+    item.settings.schedule = "karras";
+    item.settings.prompt_weights = false;
+    img.batch_size = 3;
+    img.position = 2;
+    img.batch_number = 1;
+    EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::compvis, "my, model"),
+              "a cat\nSteps: 50, Sampler: Euler a, Schedule type: Karras, CFG scale: 7.5, Seed: 42, Size: 512x768, "
+              "Model: \"my, model\", Prompt syntax: plain, Seed mode: compvis, Image index: 3, Batch size: 3, "
+              "Batch position: 2, Batch number: 1" + version);
+}
+
+// The text read back gives every setting it was written from.
+TEST(Metadata, ParametersTextReadsBack) {
+    sd::PromptItem item;
+    item.prompt = "line one\nline (two:1.2)";
+    item.negative_prompt = "blurry\ndark";
+    item.settings.sampler = "dpmpp_2m";
+    item.settings.schedule = "karras";
+    item.settings.steps = 7;
+    item.settings.scale = 3.25;
+    item.settings.width = 96;
+    item.settings.height = 64;
+    item.settings.prompt_weights = false;
+    sd::PlannedImage img;
+    img.seed = 18446744073709551615ull;
+    img.index = 12;
+    img.batch_size = 4;
+    img.position = 3;
+    img.batch_number = 0;
+    const auto r = sd::parse_parameters_text(sd::parameters_text(item, img, sd::SeedMode::compvis, "a, \"b\""), "x.png");
+    EXPECT_EQ(r.prompt, item.prompt);
+    EXPECT_EQ(r.negative_prompt, item.negative_prompt);
+    EXPECT_EQ(r.sampler, "dpmpp_2m");
+    EXPECT_EQ(r.schedule, "karras");
+    EXPECT_EQ(r.steps, 7);
+    EXPECT_EQ(r.scale, 3.25);
+    EXPECT_EQ(r.width, 96);
+    EXPECT_EQ(r.height, 64);
+    EXPECT_EQ(r.seed, img.seed);
+    EXPECT_EQ(r.seed_mode, "compvis");
+    EXPECT_EQ(r.prompt_syntax, "plain");
+    EXPECT_EQ(r.index, 12);
+    EXPECT_EQ(r.batch_size, 4);
+    EXPECT_EQ(r.batch_position, 3);
+    EXPECT_EQ(r.batch_number, 0);
+    EXPECT_EQ(r.model, "a, \"b\"");
+    EXPECT_EQ(r.version, sd::kVersionName);
+    // An A1111 text of its own: its names are read, its other keys ignored.
+    const auto a = sd::parse_parameters_text(
+        "a fox\nSteps: 20, Sampler: Euler a, Schedule type: Automatic, CFG scale: 7, Seed: 5, Size: 512x512, "
+        "Model hash: abc, Model: sd15, Version: v1.9.4",
+        "a.png");
+    EXPECT_EQ(a.sampler, "euler_a");
+    EXPECT_EQ(a.schedule, "default");
+    EXPECT_FALSE(a.seed_mode.has_value());
+    EXPECT_THROW(sd::parse_parameters_text("a fox", "b.png"), sd::Error);
+    EXPECT_THROW(sd::parse_parameters_text("a\nSteps: 20, Sampler: Heun", "c.png"), sd::Error);
+    EXPECT_THROW(sd::parse_parameters_text("a\nSteps: many", "d.png"), sd::Error);
 }

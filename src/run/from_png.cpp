@@ -1,0 +1,140 @@
+#include "sd/from_png.h"
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/png_text.h"
+#include "run/batch_plan.h"
+#include "sd/error.h"
+#include "sd/samplers.h"
+#include "sd/value_rules.h"
+
+namespace sd {
+
+namespace {
+
+// "Key: value, Key: "quoted, value", ..." -> key -> value (quotes removed), in A1111's layout.
+std::map<std::string, std::string> split_settings(const std::string& line, const std::string& where) {
+    std::map<std::string, std::string> out;
+    size_t i = 0;
+    while (i < line.size()) {
+        while (i < line.size() && (line[i] == ' ' || line[i] == ',')) ++i;
+        if (i >= line.size()) break;
+        const size_t colon = line.find(':', i);
+        if (colon == std::string::npos) throw Error(where + ": setting without ':' in \"" + line.substr(i) + "\"");
+        const std::string key = line.substr(i, colon - i);
+        i = colon + 1;
+        while (i < line.size() && line[i] == ' ') ++i;
+        std::string value;
+        if (i < line.size() && line[i] == '"') {
+            // A JSON string: find its closing quote, skipping escaped characters.
+            size_t j = i + 1;
+            while (j < line.size() && line[j] != '"') j += line[j] == '\\' ? 2 : 1;
+            if (j >= line.size()) throw Error(where + ": unterminated quoted value of \"" + key + "\"");
+            try {
+                value = nlohmann::json::parse(line.substr(i, j + 1 - i)).get<std::string>();
+            } catch (const nlohmann::json::exception&) {
+                throw Error(where + ": malformed quoted value of \"" + key + "\"");
+            }
+            i = j + 1;
+        } else {
+            const size_t comma = line.find(',', i);
+            const size_t end = comma == std::string::npos ? line.size() : comma;
+            value = line.substr(i, end - i);
+            while (!value.empty() && value.back() == ' ') value.pop_back();
+            i = end;
+        }
+        out[key] = value;
+    }
+    return out;
+}
+
+int64_t whole(const std::string& key, const std::string& value, WholeRange r, const std::string& where) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+        v = std::stoll(value, &used);
+    } catch (const std::logic_error&) {
+        used = 0;
+    }
+    if (used == 0 || used != value.size())
+        throw Error(where + ": \"" + key + "\" must be a whole number, got \"" + value + "\"");
+    return check_whole(where + ": \"" + key + "\"", v, r);
+}
+
+}  // namespace
+
+RecordedImage parse_parameters_text(const std::string& text, const std::string& where) {
+    std::vector<std::string> lines;
+    size_t start = 0;
+    for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) lines.push_back(text.substr(start, nl - start));
+    lines.push_back(text.substr(start));
+    if (lines.size() < 2 || lines.back().rfind("Steps: ", 0) != 0)
+        throw Error(where + ": its parameters text has no settings line (\"Steps: ..., Sampler: ...\")");
+    RecordedImage r;
+    size_t k = 0;
+    for (; k + 1 < lines.size() && lines[k].rfind("Negative prompt: ", 0) != 0; ++k)
+        r.prompt += (k ? "\n" : "") + lines[k];
+    for (size_t n = k; n + 1 < lines.size(); ++n)
+        r.negative_prompt += (n == k ? lines[n].substr(17) : "\n" + lines[n]);
+
+    const auto kv = split_settings(lines.back(), where);
+    for (const auto& [key, value] : kv) {
+        if (key == "Steps") r.steps = static_cast<int>(whole(key, value, kStepsRange, where));
+        else if (key == "Sampler") {
+            for (const auto& s : samplers())
+                if (s.a1111_name == value || s.name == value) r.sampler = s.name;
+            if (!r.sampler) throw Error(where + ": unknown sampler \"" + value + "\" (this tool has " + sampler_choices() + ")");
+        } else if (key == "Schedule type") {
+            r.schedule = schedule_from_a1111_name(value);
+            if (r.schedule->empty()) throw Error(where + ": unknown schedule type \"" + value + "\"");
+        } else if (key == "CFG scale") {
+            char* end = nullptr;
+            const double v = std::strtod(value.c_str(), &end);
+            if (value.empty() || *end != '\0' || !std::isfinite(v))
+                throw Error(where + ": \"CFG scale\" must be a number, got \"" + value + "\"");
+            r.scale = check_scale(where + ": \"CFG scale\"", v);
+        } else if (key == "Seed") r.seed = parse_seed(where + ": \"Seed\"", value);
+        else if (key == "Size") {
+            const size_t x = value.find('x');
+            if (x == std::string::npos) throw Error(where + ": \"Size\" must be WIDTHxHEIGHT, got \"" + value + "\"");
+            r.width = static_cast<int>(whole(key, value.substr(0, x), kSideRange, where));
+            r.height = static_cast<int>(whole(key, value.substr(x + 1), kSideRange, where));
+        } else if (key == "Seed mode") {
+            if (value != "compvis" && value != "per-image") throw Error(where + ": unknown seed mode \"" + value + "\"");
+            r.seed_mode = value;
+        } else if (key == "Prompt syntax") {
+            if (value != "a1111" && value != "plain") throw Error(where + ": unknown prompt syntax \"" + value + "\"");
+            r.prompt_syntax = value;
+        } else if (key == "Image index") r.index = static_cast<int>(whole(key, value, {0, 1000000}, where));
+        else if (key == "Batch size") r.batch_size = static_cast<int>(whole(key, value, kSamplesRange, where));
+        else if (key == "Batch position") r.batch_position = static_cast<int>(whole(key, value, {0, kSamplesRange.hi}, where));
+        else if (key == "Batch number") r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
+        else if (key == "Model") r.model = value;
+        else if (key == "Version") r.version = value;
+        // Other tools' keys (Model hash, ...) decide nothing here.
+    }
+    return r;
+}
+
+RecordedImage read_recorded_image(const std::string& png_path) {
+    std::ifstream in(png_path, std::ios::binary);
+    if (!in) throw Error("--from-png: cannot read " + png_path);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::map<std::string, std::string> texts;
+    try {
+        texts = png_read_text(bytes);
+    } catch (const Error& e) {
+        throw Error("--from-png: " + png_path + " is not a readable PNG (" + e.what() + ")");
+    }
+    const auto it = texts.find("parameters");
+    if (it == texts.end()) throw Error("--from-png: " + png_path + " carries no \"parameters\" text");
+    return parse_parameters_text(it->second, png_path);
+}
+
+}  // namespace sd
