@@ -8,6 +8,7 @@
 
 #include "sd/error.h"
 #include "io/fs_util.h"
+#include "io/json_depth.h"
 
 namespace sd {
 
@@ -85,7 +86,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     ModelConfig c;
     c.dir = dir;
     try {
-        auto j = nlohmann::json::parse(json_text);
+        auto j = parse_json_limited(json_text, path + ": invalid model.json (nested more than " +
+                                                       std::to_string(kMaxJsonDepth) + " levels deep)");
         if (!j.is_object()) throw Error(path + ": not a JSON object");
         if (!j.contains("format") || j["format"] != 1) throw Error(path + ": unsupported model format (expected \"format\": 1)");
         c.family = checked_string(j, "family", c.family, path);
@@ -112,7 +114,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
             throw Error(path + ": \"alphas_cumprod\" has " + std::to_string(ac.size()) +
                         " entries; a noise schedule has 2 to 100000 (SD's have 1000)");
         for (const auto& v : ac) {
-            if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1))
+            // Checked as the float it is kept as too: 1e-50 is above 0 but its float is 0.
+            if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1) || !(v.get<float>() > 0))
                 throw Error(path + ": \"alphas_cumprod\" holds " + v.dump() + "; every entry must be in (0, 1]");
             c.alphas_cumprod.push_back(v.get<float>());
         }

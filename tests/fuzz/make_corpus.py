@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz harnesses (tests/fuzz/corpus/<target>/):
 a few small valid inputs per target, each shaped the way its harness reads
-bytes (tests/fuzz/fuzz_targets.h). Run again after changing it; the files are
+bytes (tests/fuzz/fuzz_targets.h); and the inputs of the bugs found while
+fuzzing (tests/data/fuzz-inputs/<target>/, replayed by
+tests/unit/test_fuzz_inputs.cpp). Run again after changing it; the files are
 committed, so this is only needed to remake them."""
 import json
 import struct
 import zlib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent / "corpus"
+HERE = Path(__file__).resolve().parent
+ROOT = HERE / "corpus"
+FOUND = HERE.parent / "data" / "fuzz-inputs"
 
 
-def put(target, name, data):
-    d = ROOT / target
+def put(target, name, data, root=ROOT):
+    d = root / target
     d.mkdir(parents=True, exist_ok=True)
     (d / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
 
@@ -65,6 +69,9 @@ put("model_config", "minimal", json.dumps({"format": 1, "scale_factor": 1, "late
                                            "downsample_factor": 8, "size_multiple": 64, "context_length": 77,
                                            "alphas_cumprod": [1, 0.5]}))
 
+# Nested just past the limit (io/json_depth.h: 64 levels), so that the fuzzer starts next to it.
+put("model_config", "nested_65", json.dumps({"format": 1, "architecture": {"x": json.loads("[" * 64 + "]" * 64)}}))
+
 # First byte: low bit 0 = plain text, 1 = JSON lines.
 put("prompts", "plain", b"\x00" + "\ufeffa cat\r\n\n  # a comment\na dog (in the rain:1.2)\n\tlast".encode())
 put("prompts", "jsonl", b"\x01" + "\n".join([
@@ -74,6 +81,8 @@ put("prompts", "jsonl", b"\x01" + "\n".join([
     json.dumps({"prompt": "un caf\u00e9, \u732b"}, ensure_ascii=False),
 ]).encode())
 put("prompts", "jsonl_bad_key", b"\x01" + b'{"prompt": "a", "steps": 0}\n{"prompt": "b", "x": 1}\n')
+
+put("prompts", "jsonl_nested_65", b"\x01" + b'{"prompt": "a", "seed": ' + b"[" * 65 + b"]" * 65 + b"}\n")
 
 put("prompt_weights", "nested", "a (red:1.3) cat, ((sharp)), [blurry], (a [b] c:0.5) d")
 put("prompt_weights", "escapes_break", r"\(not weighted\) BREAK a BREAKfast [unclosed (open:")
@@ -102,3 +111,24 @@ put("png_text", "with_texts", b"\x00" + png([(b"tEXt", b"Comment\x00hello"),
                                              (b"iTXt", b"parameters\x00\x00\x00\x00\x00a cat\nSteps: 5")]))
 put("png_text", "compressed_itxt", b"\x00" + png([(b"iTXt", b"z\x00\x01\x00en\x00zz\x00" + zlib.compress(b"x"))]))
 put("png_text", "keyword_text", b"\x01" + "parameters\x00un caf\u00e9\nSteps: 20, Sampler: PLMS".encode())
+
+# The bugs (docs/reliability.md). Printing a value for an error message
+# recursed once per level of nesting: 100000 levels (200 KB) overflowed the
+# 8 MiB stack. These are 8000 levels deep: the replay test runs them on a
+# 512 KiB stack, which they overflowed before the fix, so the files stay small.
+DEEP = 8000
+deep = "[" * DEEP + "]" * DEEP
+model = {"format": 1, "scale_factor": 1, "latent_channels": 4, "downsample_factor": 8,
+         "size_multiple": 64, "context_length": 77, "alphas_cumprod": [1, 0.5]}
+
+
+def model_with(key, raw):
+    return json.dumps(model)[:-1] + ', "%s": %s}' % (key, raw)
+
+
+put("prompts", "deep_seed_value.jsonl", b"\x01" + ('{"prompt": "a", "seed": %s}\n' % deep).encode(), FOUND)
+put("model_config", "deep_alphas_entry.json", json.dumps(model).replace("[1, 0.5]", "[1, %s]" % deep), FOUND)
+put("model_config", "deep_source.json", model_with("source", deep), FOUND)
+put("model_config", "deep_architecture.json", model_with("architecture", '{"unet": %s}' % deep), FOUND)
+# 1e-50 is in (0, 1] as a double, but the float kept of it is 0 (an infinite sigma).
+put("model_config", "alphas_entry_float_zero.json", json.dumps(model).replace("[1, 0.5]", "[1, 1e-50]"), FOUND)
