@@ -30,4 +30,9 @@ struct ModelConfig {
 // Throws sd::Error with a one-line message naming what is missing or wrong.
 ModelConfig load_model_config(const std::string& dir);
 
+// The checks of load_model_config on model.json's text already read, except
+// that the files it names may be missing (the fuzz harness calls this). `dir`
+// is the folder the paths are joined to and that messages name.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& dir);
+
 }  // namespace sd

@@ -8,6 +8,7 @@
 
 #include "sd/error.h"
 #include "io/fs_util.h"
+#include "io/json_depth.h"
 
 namespace sd {
 
@@ -80,21 +81,13 @@ void check_architecture_numbers(const nlohmann::json& a, const std::string& path
 
 }  // namespace
 
-ModelConfig load_model_config(const std::string& dir) {
-    if (!file_exists(dir)) throw Error("model folder " + dir + " does not exist (export one with scripts/export_model.py)");
-    if (!is_directory(dir))
-        throw Error("model path " + dir + " is a file, not a folder (give the folder scripts/export_model.py wrote)");
+ModelConfig parse_model_config(const std::string& json_text, const std::string& dir) {
     const std::string path = join_path(dir, "model.json");
-    if (!file_exists(path)) throw Error("model folder " + dir + " has no model.json (not an exported model?)");
-    std::ifstream in(path);
-    if (!in || is_directory(path)) throw Error("cannot read " + path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-
     ModelConfig c;
     c.dir = dir;
     try {
-        auto j = nlohmann::json::parse(ss.str());
+        auto j = parse_json_limited(json_text, path + ": invalid model.json (nested more than " +
+                                                       std::to_string(kMaxJsonDepth) + " levels deep)");
         if (!j.is_object()) throw Error(path + ": not a JSON object");
         if (!j.contains("format") || j["format"] != 1) throw Error(path + ": unsupported model format (expected \"format\": 1)");
         c.family = checked_string(j, "family", c.family, path);
@@ -121,7 +114,8 @@ ModelConfig load_model_config(const std::string& dir) {
             throw Error(path + ": \"alphas_cumprod\" has " + std::to_string(ac.size()) +
                         " entries; a noise schedule has 2 to 100000 (SD's have 1000)");
         for (const auto& v : ac) {
-            if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1))
+            // Checked as the float it is kept as too: 1e-50 is above 0 but its float is 0.
+            if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1) || !(v.get<float>() > 0))
                 throw Error(path + ": \"alphas_cumprod\" holds " + v.dump() + "; every entry must be in (0, 1]");
             c.alphas_cumprod.push_back(v.get<float>());
         }
@@ -158,6 +152,20 @@ ModelConfig load_model_config(const std::string& dir) {
     }
     if (c.image_size % c.size_multiple != 0)
         throw Error(path + ": image_size " + std::to_string(c.image_size) + " is not a multiple of size_multiple");
+    return c;
+}
+
+ModelConfig load_model_config(const std::string& dir) {
+    if (!file_exists(dir)) throw Error("model folder " + dir + " does not exist (export one with scripts/export_model.py)");
+    if (!is_directory(dir))
+        throw Error("model path " + dir + " is a file, not a folder (give the folder scripts/export_model.py wrote)");
+    const std::string path = join_path(dir, "model.json");
+    if (!file_exists(path)) throw Error("model folder " + dir + " has no model.json (not an exported model?)");
+    std::ifstream in(path);
+    if (!in || is_directory(path)) throw Error("cannot read " + path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const ModelConfig c = parse_model_config(ss.str(), dir);
     for (const auto& f : {c.text_encoder_path, c.unet_path, c.vae_decoder_path, c.vocab_path, c.merges_path})
         if (!file_exists(f)) throw Error("model file " + f + " is missing");
     return c;

@@ -29,33 +29,38 @@ std::string weight_file_for(const std::string& stage_path) {
     return (has_ext ? stage_path.substr(0, dot) : stage_path) + ".weights";
 }
 
-std::vector<WeightEntry> read_weight_index(const std::string& path) {
-    auto corrupt = [&](const std::string& why) { return Error("weights file " + path + " is corrupt: " + why); };
-    if (is_directory(path)) throw Error("weights file " + path + " is a folder, not a file");
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    if (!f) throw Error("cannot read weights file " + path);
-    const auto size = static_cast<uint64_t>(f.tellg());
-    f.seekg(0);
-    unsigned char len_bytes[8];
-    if (size < 8 || !f.read(reinterpret_cast<char*>(len_bytes), 8)) throw corrupt("shorter than its header");
+namespace {
+
+Error corrupt(const std::string& path, const std::string& why) {
+    return Error("weights file " + path + " is corrupt: " + why);
+}
+
+// The header's length from the file's first 8 bytes (little-endian), checked
+// against the file's size.
+uint64_t header_length(const unsigned char* len_bytes, uint64_t size, const std::string& path) {
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len_bytes[i];
-    if (header_len > kMaxHeader || header_len > size - 8) throw corrupt("header length past the end of the file");
-    std::string header(header_len, '\0');
-    if (!f.read(header.data(), static_cast<std::streamsize>(header_len))) throw corrupt("cannot read its header");
-    const uint64_t data_start = 8 + header_len, data_size = size - data_start;
+    if (header_len > kMaxHeader || header_len > size - 8) throw corrupt(path, "header length past the end of the file");
+    return header_len;
+}
 
+// The entries of a header (its JSON text) in a file of `size` bytes.
+std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, const std::string& path) {
+    const uint64_t data_start = 8 + header.size(), data_size = size - data_start;
     nlohmann::json index;
     try {
         index = nlohmann::json::parse(header);
     } catch (const nlohmann::json::exception&) {
-        throw corrupt("its header is not JSON");
+        throw corrupt(path, "its header is not JSON");
     }
-    if (!index.is_object()) throw corrupt("its header is not a JSON object");
+    if (!index.is_object()) throw corrupt(path, "its header is not a JSON object");
     std::vector<WeightEntry> out;
-    for (const auto& [name, e] : index.items()) {
+    for (const auto& item : index.items()) {
+        // Named, not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+        const std::string& name = item.key();
+        const auto& e = item.value();
         if (name == "__metadata__") continue;
-        const auto bad = [&](const std::string& why) { return corrupt("tensor '" + name + "': " + why); };
+        const auto bad = [&](const std::string& why) { return corrupt(path, "tensor '" + name + "': " + why); };
         if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
             throw bad("needs dtype, shape and data_offsets");
         const auto& dtype = e["dtype"];
@@ -87,6 +92,29 @@ std::vector<WeightEntry> read_weight_index(const std::string& path) {
         out.push_back(std::move(w));
     }
     return out;
+}
+
+}  // namespace
+
+std::vector<WeightEntry> read_weight_index(const std::string& path) {
+    if (is_directory(path)) throw Error("weights file " + path + " is a folder, not a file");
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    if (!f) throw Error("cannot read weights file " + path);
+    const auto size = static_cast<uint64_t>(f.tellg());
+    f.seekg(0);
+    unsigned char len_bytes[8];
+    if (size < 8 || !f.read(reinterpret_cast<char*>(len_bytes), 8)) throw corrupt(path, "shorter than its header");
+    const uint64_t header_len = header_length(len_bytes, size, path);
+    std::string header(header_len, '\0');
+    if (!f.read(header.data(), static_cast<std::streamsize>(header_len))) throw corrupt(path, "cannot read its header");
+    return parse_header(header, size, path);
+}
+
+std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path) {
+    const uint64_t size = file_bytes.size();
+    if (size < 8) throw corrupt(path, "shorter than its header");
+    const uint64_t header_len = header_length(reinterpret_cast<const unsigned char*>(file_bytes.data()), size, path);
+    return parse_header(file_bytes.substr(8, header_len), size, path);
 }
 
 }  // namespace sd

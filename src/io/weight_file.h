@@ -22,6 +22,10 @@ struct WeightEntry {
 // type. Throws sd::Error naming the file and the fault; never trusts a size.
 std::vector<WeightEntry> read_weight_index(const std::string& path);
 
+// The same reading and checks on a whole file already in memory (the fuzz
+// harness and its replay test call this); `path` names it in messages.
+std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path);
+
 // Where a stage's weights live: "dir/unet.pt" -> "dir/unet.weights".
 std::string weight_file_for(const std::string& stage_path);
 

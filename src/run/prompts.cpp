@@ -10,6 +10,7 @@
 
 #include "sd/error.h"
 #include "io/fs_util.h"
+#include "io/json_depth.h"
 #include "sd/value_rules.h"
 
 namespace sd {
@@ -162,7 +163,8 @@ std::optional<PromptLine> PromptReader::next() {
         if (jsonl_) {
             nlohmann::json j;
             try {
-                j = nlohmann::json::parse(line);
+                j = parse_json_limited(line, where + ": not valid JSON (nested more than " +
+                                                std::to_string(kMaxJsonDepth) + " levels deep)");
             } catch (const nlohmann::json::exception&) {
                 throw Error(where + ": not valid JSON");
             }

@@ -44,3 +44,25 @@ TEST(Prompts, Utf8Validation) {
     EXPECT_FALSE(sd::is_valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
     EXPECT_FALSE(sd::is_valid_utf8("\xe2\x82"));         // truncated
 }
+
+// A JSONL line nested past 64 levels is refused while it is parsed: printing
+// such a value in the "got ..." of an error once recursed once per level, and
+// 100000 levels overflowed the stack (docs/reliability.md).
+TEST(Prompts, DeeplyNestedJsonlLineIsRefusedInOneLine) {
+    auto nested = [](int depth) {
+        return "{\"prompt\": \"a\", \"seed\": " + std::string(depth, '[') + std::string(depth, ']') + "}\n";
+    };
+    try {
+        sd::parse_prompts(nested(100000), "p.jsonl", true);
+        FAIL() << "accepted";
+    } catch (const sd::Error& e) {
+        EXPECT_STREQ(e.what(), "p.jsonl:1: not valid JSON (nested more than 64 levels deep)");
+    }
+    // 63 arrays inside the line's object is 64 levels: parsed, then refused as a seed.
+    try {
+        sd::parse_prompts(nested(63), "p.jsonl", true);
+        FAIL() << "accepted";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("\"seed\" must be a whole number"), std::string::npos) << e.what();
+    }
+}

@@ -90,3 +90,40 @@ TEST(WeightIndex, ReadsTheExportAndRefusesDamage) {
                                    R"({"w":{"dtype":"F32","shape":[2,2]}})", R"([1,2])", R"({"w":7})"})
         EXPECT_THROW(sd::read_weight_index((sdtest::write_text(path, file(lie, 16)), path)), sd::Error) << lie;
 }
+
+// parse_weight_index (the fuzz harness's entry point) is read_weight_index on
+// bytes in memory: the same entries, or the same message, for the export, its
+// cuts and random damage.
+TEST(WeightIndex, FromMemoryAsFromTheFile) {
+    const std::string path = sdtest::temp_dir() + "/w.weights";
+    write_weight_file(path, 5);
+    std::ifstream in(path, std::ios::binary);
+    const std::string good((std::istreambuf_iterator<char>(in)), {});
+    auto outcome = [&](auto read) {
+        std::string r;
+        try {
+            for (const auto& w : read())
+                r += w.name + w.dtype + std::to_string(w.shape.size()) + ":" + std::to_string(w.begin) + "-" +
+                     std::to_string(w.end) + ";";
+        } catch (const sd::Error& e) {
+            r = std::string("error: ") + e.what();
+        }
+        return r;
+    };
+    std::mt19937 rng(11);
+    std::vector<std::string> inputs = {good, good.substr(0, 5), good.substr(0, 8), good.substr(0, 40), ""};
+    for (int i = 0; i < 100; ++i) {
+        std::string d = good;
+        d[rng() % 120] = static_cast<char>(rng() % 256);
+        inputs.push_back(d);
+    }
+    int errors = 0;
+    for (const auto& d : inputs) {
+        sdtest::write_text(path, d);
+        const std::string from_file = outcome([&] { return sd::read_weight_index(path); });
+        EXPECT_EQ(outcome([&] { return sd::parse_weight_index(d, path); }), from_file);
+        errors += from_file.rfind("error: ", 0) == 0;
+    }
+    EXPECT_GT(errors, 10);                  // the damage was seen...
+    EXPECT_LT(errors, int(inputs.size()));  // ...and the good file read
+}

@@ -1,0 +1,218 @@
+#include "fuzz_targets.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "io/image_io.h"
+#include "io/png_text.h"
+#include "io/weight_file.h"
+#include "sd/error.h"
+#include "sd/model_config.h"
+#include "sd/prompts.h"
+#include "sd/tokenizer.h"
+#include "sd/value_rules.h"
+#include "text/html_unescape.h"
+#include "text/prompt_weights.h"
+#include "text/text_clean.h"
+
+namespace sdfuzz {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw Finding(what);
+}
+
+std::string text_of(const uint8_t* data, size_t size) {
+    return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// Code points that UTF-8 can carry (what u32_to_utf8 must be able to write).
+bool valid_code_points(const std::u32string& s) {
+    for (char32_t c : s)
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return false;
+    return true;
+}
+
+}  // namespace
+
+void weight_index(const uint8_t* data, size_t size) {
+    const std::string bytes = text_of(data, size);
+    std::vector<sd::WeightEntry> index;
+    try {
+        index = sd::parse_weight_index(bytes, "fuzz.weights");
+    } catch (const sd::Error&) {
+        return;
+    }
+    // Every accepted range lies after the header, inside the file, and holds
+    // exactly its shape's elements, aligned: model loading maps it as is.
+    uint64_t header_end = 8;
+    for (int i = 7; i >= 0; --i) header_end += static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    for (const auto& w : index) {
+        const uint64_t elem = w.dtype == "F32" ? 4 : (w.dtype == "F16" || w.dtype == "BF16") ? 2 : 0;
+        require(elem != 0, "accepted dtype " + w.dtype);
+        require(w.begin >= header_end && w.begin <= w.end && w.end <= size, "range outside the data: " + w.name);
+        require(w.begin % elem == 0, "unaligned: " + w.name);
+        require(w.shape.size() <= 8, "more than 8 sizes: " + w.name);
+        uint64_t count = 1;
+        for (int64_t n : w.shape) {
+            require(n >= 0, "negative size: " + w.name);
+            count *= static_cast<uint64_t>(n);  // cannot wrap: the parser bounds it by the file's size
+        }
+        require(w.end - w.begin == count * elem, "range does not match the shape: " + w.name);
+    }
+}
+
+void model_config(const uint8_t* data, size_t size) {
+    sd::ModelConfig c;
+    try {
+        c = sd::parse_model_config(text_of(data, size), "fuzz-model");
+    } catch (const sd::Error&) {
+        return;
+    }
+    // What the rest of the program sizes things from.
+    require(c.context_length >= 2 && c.context_length <= 1024, "context_length");
+    require(c.latent_channels >= 1 && c.latent_channels <= 64, "latent_channels");
+    require(c.downsample_factor >= 1 && c.downsample_factor <= 64, "downsample_factor");
+    require(c.size_multiple >= 1 && c.image_size % c.size_multiple == 0, "image_size / size_multiple");
+    require(std::isfinite(c.scale_factor) && c.scale_factor > 0, "scale_factor");
+    require(c.alphas_cumprod.size() >= 2 && c.alphas_cumprod.size() <= 100000, "alphas_cumprod size");
+    for (float a : c.alphas_cumprod) require(a > 0 && a <= 1, "alphas_cumprod entry outside (0, 1]");
+    for (const auto* p : {&c.text_encoder_path, &c.unet_path, &c.vae_decoder_path, &c.vocab_path, &c.merges_path})
+        require(p->rfind("fuzz-model/", 0) == 0 && p->find('/', 11) == std::string::npos, "file outside the folder: " + *p);
+}
+
+void prompts(const uint8_t* data, size_t size) {
+    if (size == 0) return;
+    const bool jsonl = data[0] & 1;
+    std::vector<sd::PromptLine> lines;
+    try {
+        lines = sd::parse_prompts(text_of(data + 1, size - 1), jsonl ? "fuzz.jsonl" : "fuzz.txt", jsonl);
+    } catch (const sd::Error&) {
+        return;
+    }
+    require(!lines.empty(), "no prompts and no error");
+    int last = 0;
+    for (const auto& p : lines) {
+        require(p.line > last, "line numbers out of order");
+        last = p.line;
+        require(sd::is_valid_utf8(p.prompt) && p.prompt.find('\0') == std::string::npos &&
+                    p.prompt.size() <= sd::kMaxPromptBytes,
+                "a prompt that check_prompt_text refuses");
+        const auto& o = p.overrides;
+        if (o.negative_prompt) require(sd::is_valid_utf8(*o.negative_prompt), "negative prompt not UTF-8");
+        if (o.steps) require(*o.steps >= sd::kStepsRange.lo && *o.steps <= sd::kStepsRange.hi, "steps");
+        if (o.height) require(*o.height >= sd::kSideRange.lo && *o.height <= sd::kSideRange.hi, "H");
+        if (o.width) require(*o.width >= sd::kSideRange.lo && *o.width <= sd::kSideRange.hi, "W");
+        if (o.n_iter) require(*o.n_iter >= sd::kIterRange.lo && *o.n_iter <= sd::kIterRange.hi, "n_iter");
+        if (o.scale) require(std::isfinite(*o.scale) && *o.scale >= sd::kMinScale && *o.scale <= sd::kMaxScale, "scale");
+        if (o.sampler) require(!o.sampler->empty(), "empty sampler");
+    }
+}
+
+void prompt_weights(const uint8_t* data, size_t size) {
+    const std::string prompt = text_of(data, size);
+    const auto runs = sd::parse_prompt_weights(prompt);  // documented never to throw
+    require(!runs.empty(), "no runs");
+    size_t chars = 0;
+    for (const auto& r : runs) {
+        require(!r.is_break || r.text.empty(), "BREAK with text");
+        chars += r.text.size();
+    }
+    // Syntax is removed, never added.
+    require(chars <= prompt.size(), "more text out than in");
+}
+
+void tokenizer(const uint8_t* data, size_t size) {
+    // Loaded once: models/clip is the vocabulary the tool ships with.
+    static const sd::ClipTokenizer tok = [] {
+        const char* dir = std::getenv("SD_CLIP_MODEL_DIR");
+        const std::string d = dir ? dir : SD_CLIP_MODEL_DIR;
+        return sd::ClipTokenizer::load(d + "/vocab.json", d + "/merges.txt");
+    }();
+    const std::string text = text_of(data, size);
+    // The clean-up steps on their own, open_clip's html.unescape included.
+    const std::u32string cleaned = sd::clean_prompt(text);
+    require(valid_code_points(cleaned), "clean_prompt made an invalid code point");
+    require(sd::is_valid_utf8(sd::u32_to_utf8(cleaned)), "cleaned text is not UTF-8");
+    const std::u32string unescaped = sd::html_unescape(sd::html_unescape(sd::fix_text(sd::utf8_to_u32(text))));
+    require(valid_code_points(unescaped), "html_unescape made an invalid code point");
+    // The tokenizer as the tool calls it: plain, padded, and in weighted chunks.
+    for (int id : tok.encode(text)) require(id >= 0, "negative token id");
+    const auto padded = tok.encode_padded(text);
+    require(padded.size() == 77 && padded.front() == 49406, "encode_padded shape");
+    const auto chunks = sd::tokenize_prompt(tok, text, sd::PromptSyntax{}, 77, 49406, 49407, 49407);
+    require(!chunks.ids.empty() && chunks.ids.size() == chunks.weights.size(), "chunk count");
+    for (size_t k = 0; k < chunks.ids.size(); ++k)
+        require(chunks.ids[k].size() == 77 && chunks.weights[k].size() == 77 && chunks.ids[k][0] == 49406,
+                "chunk shape");
+}
+
+void png_text(const uint8_t* data, size_t size) {
+    if (size == 0) return;
+    const std::vector<uint8_t> rest(data + 1, data + size);
+    if (data[0] & 1) {
+        // keyword NUL text, added to a valid PNG: reads back exactly, or is refused
+        // because the keyword or the text breaks the documented rules.
+        static const std::vector<uint8_t> base = [] {
+            sd::Image img;
+            img.width = 2;
+            img.height = 2;
+            img.rgb.assign(12, 7);
+            return sd::encode_png(img);
+        }();
+        const std::string s(rest.begin(), rest.end());
+        const size_t nul = s.find('\0');
+        const std::string keyword = s.substr(0, nul);
+        const std::string text = nul == std::string::npos ? "" : s.substr(nul + 1);
+        std::vector<uint8_t> with;
+        try {
+            with = sd::png_add_itxt(base, keyword, text);
+        } catch (const sd::Error&) {
+            require(keyword.empty() || keyword.size() > 79 || text.find('\0') != std::string::npos,
+                    "a valid keyword and text refused");
+            return;
+        }
+        const auto texts = sd::png_read_text(with);  // must not throw: we just wrote it
+        require(texts.size() == 1 && texts.count(keyword) && texts.at(keyword) == text, "round trip");
+        return;
+    }
+    // Fuzzed bytes as a PNG: read its texts; if a chunk can be added, the
+    // result still reads, with the new text and every old one.
+    std::map<std::string, std::string> before;
+    try {
+        before = sd::png_read_text(rest);
+    } catch (const sd::Error&) {
+    }
+    std::vector<uint8_t> with;
+    try {
+        with = sd::png_add_itxt(rest, "fuzz", "text \xC3\xA9");
+    } catch (const sd::Error&) {
+        return;
+    }
+    std::map<std::string, std::string> after;
+    try {
+        after = sd::png_read_text(with);
+    } catch (const sd::Error& e) {
+        // Adding a chunk checks the same structure that reading does, so an
+        // accepted PNG reads back; only a malformed text chunk may still fail.
+        require(std::string(e.what()).find("malformed") != std::string::npos,
+                std::string("a PNG that png_add_itxt accepted does not read: ") + e.what());
+        return;
+    }
+    if (!before.count("fuzz")) require(after.count("fuzz") && after.at("fuzz") == "text \xC3\xA9", "added text lost");
+    for (const auto& [k, v] : before)
+        if (k != "fuzz") require(after.count(k) && after.at(k) == v, "old text lost: " + k);
+}
+
+const std::vector<Named>& all_targets() {
+    static const std::vector<Named> targets = {
+        {"weight_index", weight_index}, {"model_config", model_config}, {"prompts", prompts},
+        {"prompt_weights", prompt_weights}, {"tokenizer", tokenizer},     {"png_text", png_text},
+    };
+    return targets;
+}
+
+}  // namespace sdfuzz

@@ -1,0 +1,91 @@
+// model.json (sd/model_config.h): the checks fuzzing added; the rest of its
+// rules are exercised through the tool in tests/cli/test_cli.cpp.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sd/error.h"
+#include "sd/model_config.h"
+#include "test_util.h"
+
+namespace {
+
+nlohmann::json minimal() {
+    return {{"format", 1}, {"scale_factor", 0.18215}, {"latent_channels", 4}, {"downsample_factor", 8},
+            {"size_multiple", 64}, {"context_length", 77}, {"alphas_cumprod", {0.99, 0.5}}};
+}
+
+std::string error_of(const std::string& text) {
+    try {
+        sd::parse_model_config(text, "m");
+    } catch (const sd::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST(ModelConfig, MinimalFileParsesWithDefaults) {
+    const auto c = sd::parse_model_config(minimal().dump(), "m");
+    EXPECT_EQ(c.context_length, 77);
+    EXPECT_EQ(c.family, "sd1");
+    EXPECT_EQ(c.unet_path, "m/unet.pt");
+    ASSERT_EQ(c.alphas_cumprod.size(), 2u);
+}
+
+// Nesting past 64 levels is refused while parsing: printing or walking such a
+// value (the "got ..." of an error, the architecture check) recursed once per
+// level, and 100000 levels overflowed the stack.
+TEST(ModelConfig, DeepNestingIsRefusedInOneLine) {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    for (const char* key : {"source", "architecture", "alphas_cumprod"}) {
+        auto j = minimal().dump();
+        j.insert(j.size() - 1, std::string(",\"") + key + "\":" + deep);
+        EXPECT_EQ(error_of(j), "m/model.json: invalid model.json (nested more than 64 levels deep)") << key;
+    }
+    // 64 levels (the file's object and 63 arrays) still parse: the usual error follows.
+    auto j = minimal().dump();
+    j.insert(j.size() - 1, ",\"source\":" + std::string(63, '[') + std::string(63, ']'));
+    EXPECT_NE(error_of(j).find("\"source\" must be a string"), std::string::npos) << error_of(j);
+}
+
+// An alphas_cumprod entry is kept as a float: 1e-50 is above 0 as a double but
+// 0 as a float (an infinite noise level), so it is refused like 0.
+TEST(ModelConfig, AlphaWhoseFloatIsZeroIsRefused) {
+    auto j = minimal();
+    j["alphas_cumprod"] = {0.99, 1e-50};
+    EXPECT_EQ(error_of(j.dump()), "m/model.json: \"alphas_cumprod\" holds 1e-50; every entry must be in (0, 1]");
+    j["alphas_cumprod"] = {0.99, 1e-40};  // a float denormal, above 0: still accepted
+    EXPECT_EQ(error_of(j.dump()), "");
+}
+
+// load_model_config reads the file and then checks that the files it names
+// exist; the rules in between are parse_model_config's.
+TEST(ModelConfig, LoadAddsOnlyTheFileChecks) {
+    const std::string dir = sdtest::temp_dir();
+    sdtest::write_text(dir + "/model.json", minimal().dump());
+    try {
+        sd::load_model_config(dir);
+        FAIL() << "accepted without its files";
+    } catch (const sd::Error& e) {
+        EXPECT_EQ(std::string(e.what()), "model file " + dir + "/text_encoder.pt is missing");
+    }
+    for (const char* f : {"text_encoder.pt", "unet.pt", "vae_decoder.pt", "vocab.json", "merges.txt"})
+        sdtest::write_text(dir + "/" + f, "");
+    EXPECT_EQ(sd::load_model_config(dir).unet_path, dir + "/unet.pt");
+}
+
+// The files model.json names stay inside the model folder (issue 16): no
+// path, no parent, no empty name.
+TEST(ModelConfig, FileNamesStayInsideTheFolder) {
+    for (const char* name : {"../unet.pt", "/etc/passwd", "sub/unet.pt", "..", ".", ""}) {
+        auto j = minimal();
+        j["files"] = {{"unet", name}};
+        EXPECT_EQ(error_of(j.dump()), std::string("m/model.json: files.unet must be a file name inside the model "
+                                                  "folder, got \"") + name + "\"") << name;
+    }
+    auto j = minimal();
+    j["files"] = {{"unet", "my unet.pt"}};
+    EXPECT_EQ(sd::parse_model_config(j.dump(), "m").unet_path, "m/my unet.pt");
+}
