@@ -16,13 +16,13 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "sd/engine.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
 #include "sd/manifest.h"
 #include "sd/progress.h"
+#include "sd/records.h"
 #include "sd/prompts.h"
 #include "sd/tokenizer.h"
 #include "sd/txt2img.h"
@@ -61,7 +61,7 @@ void print_data_line(const std::string& line) {
 
 void print_tokens(const sd::ClipTokenizer& tok, const std::vector<std::string>& prompts, const sd::ModelConfig& c) {
     for (const auto& p : prompts)
-        print_data_line(nlohmann::json(tok.encode_padded(p, c.context_length, c.bos_id, c.eos_id, c.pad_id)).dump());
+        print_data_line(sd::token_ids_json(tok.encode_padded(p, c.context_length, c.bos_id, c.eos_id, c.pad_id)));
 }
 
 // SIGINT/SIGTERM only set this flag; the run checks it between sampler steps
@@ -100,28 +100,6 @@ std::string model_name(const sd::ModelConfig& cfg, const std::string& model_dir)
     return name;
 }
 
-nlohmann::ordered_json image_json(const sd::ImageRecord& r) {
-    const sd::PromptItem& item = *r.item;
-    nlohmann::ordered_json j;
-    j["path"] = r.path;
-    j["prompt"] = item.prompt;
-    j["negative_prompt"] = item.negative_prompt;
-    j["seed"] = r.seed;
-    j["seed_mode"] = sd::seed_mode_name(r.seed_mode);
-    j["index"] = r.index;
-    j["line"] = item.line > 0 ? nlohmann::ordered_json(item.line) : nlohmann::ordered_json(nullptr);
-    j["steps"] = item.settings.steps;
-    j["sampler"] = item.settings.sampler;
-    j["schedule"] = item.settings.schedule;
-    j["scale"] = item.settings.scale;
-    j["width"] = item.settings.width;
-    j["height"] = item.settings.height;
-    j["size"] = std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height);
-    j["model"] = r.model;
-    j["seconds"] = static_cast<double>(static_cast<long long>(r.seconds * 1000 + 0.5)) / 1000;
-    j["parameters"] = r.parameters;
-    return j;
-}
 
 // Numbers from flags follow the same rules as those from JSONL lines (value_rules.h).
 void check_numeric_flags(const CLI::App& app, const sd::Txt2ImgJob& job, int batch_size, int threads) {
@@ -394,29 +372,16 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
         progress.clear();
         ++written;  // the image is on disk whatever happens to its line
         if (manifest.is_open()) {
-            nlohmann::ordered_json m;
-            m["index"] = r.index;
-            m["prompt"] = r.item->prompt;
-            m["seed"] = r.seed;
-            m["parameters"] = r.parameters;
-            m["model_hash"] = model_hash;
-            m["path"] = r.path;
-            m["status"] = "written";
-            m["shard"] = std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n);
-            manifest << m.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+            manifest << sd::manifest_record_json(r, model_hash, std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n))
+                     << '\n';
             manifest.flush();
             if (!manifest) throw sd::RunFailure("cannot write to --manifest " + f.manifest);
         }
-        print_data_line(f.json ? image_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : r.path);
+        print_data_line(f.json ? sd::image_record_json(r) : r.path);
     };
     events.grid_written = [&](const std::string& path, const std::string& parameters, int images) {
         progress.clear();
-        nlohmann::ordered_json j;
-        j["path"] = path;
-        j["grid"] = true;
-        j["images"] = images;
-        j["parameters"] = parameters;
-        print_data_line(f.json ? j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) : path);
+        print_data_line(f.json ? sd::grid_record_json(path, parameters, images) : path);
     };
     events.progress = [&](const sd::ProgressInfo& p) { progress.update(p); };
     events.note = [&](const std::string& text) {

@@ -11,6 +11,7 @@
 
 #include "sd/error.h"
 #include "sd/version.h"
+#include "text/prompt_weights.h"
 
 namespace sd {
 
@@ -64,6 +65,11 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (item.seed && job.seed_mode != SeedMode::per_image)
         throw Error(item.where + ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
     set_negative_prompt(item.settings, item.negative_prompt, item.where);
+    if (item.settings.prompt_weights) {
+        const bool flag = item.line == 0;
+        check_prompt_weights(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
+        check_prompt_weights(item.negative_prompt, flag ? "--negative-prompt" : item.where + ": the negative prompt");
+    }
     return item;
 }
 

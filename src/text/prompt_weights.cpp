@@ -1,8 +1,11 @@
 #include "text/prompt_weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
+#include "sd/error.h"
 #include "sd/tokenizer.h"
 
 namespace sd {
@@ -129,6 +132,18 @@ std::vector<WeightedText> parse_prompt_weights(const std::string& p) {
     }
     if (merged.empty()) merged.push_back({"", 1.0, false});
     return merged;
+}
+
+void check_prompt_weights(const std::string& prompt, const std::string& what) {
+    for (const auto& part : parse_prompt_weights(prompt)) {
+        if (part.is_break || std::isfinite(static_cast<float>(part.weight))) continue;
+        size_t cut = std::min<size_t>(part.text.size(), 40);
+        while (cut < part.text.size() && cut > 0 && (static_cast<unsigned char>(part.text[cut]) & 0xC0) == 0x80) --cut;
+        std::string text = part.text.substr(0, cut);  // whole UTF-8 characters
+        if (cut < part.text.size()) text += "...";
+        throw Error(what + ": the weight of \"" + text +
+                    "\" is not a finite number (too many nested brackets, or a weight too large for a float)");
+    }
 }
 
 bool PromptChunks::weighted() const {

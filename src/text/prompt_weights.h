@@ -30,6 +30,11 @@ struct WeightedText {
 // are merged. Never throws: any text parses (an empty prompt gives one empty run).
 std::vector<WeightedText> parse_prompt_weights(const std::string& prompt);
 
+// Throws Error("<what>: ...") when a weight of the prompt is not a finite float
+// (thousands of nested brackets, or a number like 1e400): such a weight would
+// only show up after sampling, as NaN latents blamed on the model.
+void check_prompt_weights(const std::string& prompt, const std::string& what);
+
 struct PromptSyntax {
     bool long_prompts = true;  // more than 75 tokens: more chunks (else: truncated to one)
     bool weighting = true;     // A1111 weights and BREAK (else: the prompt is plain text)

@@ -658,75 +658,53 @@ TEST(ProgressDisplay, BarOnAPseudoTerminal) {
 
 // ---- bad input: one clear line naming the problem, exit 1, one test each ----
 
-TEST(BadBatchInput, JsonlUnknownKey) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"stesp\": 5}\n"), "p.jsonl:2: unknown key \"stesp\"");
-}
-
-TEST(BadBatchInput, JsonlNotAnObject) {
-    expect_input_error(run_jsonl("[\"a cat\"]\n"), "p.jsonl:1: expected a JSON object");
-}
-
-TEST(BadBatchInput, JsonlTruncatedLine) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\"}\n\n{\"prompt\": \"b\"\n"), "p.jsonl:3: not valid JSON");
-}
-
-TEST(BadBatchInput, JsonlMissingPrompt) {
-    expect_input_error(run_jsonl("{\"steps\": 5}\n"), "p.jsonl:1: missing string \"prompt\"");
-}
-
-TEST(BadBatchInput, JsonlNegativeSteps) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"steps\": -5}\n"), "p.jsonl:1: \"steps\" must be a whole number");
-}
-
-TEST(BadBatchInput, JsonlStepsAsText) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"steps\": \"20\"}\n"), "p.jsonl:1: \"steps\"");
-}
-
-TEST(BadBatchInput, JsonlScaleNotANumber) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"scale\": null}\n"), "p.jsonl:1: \"scale\" must be a number");
-}
-
-TEST(BadBatchInput, JsonlZeroNIter) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"n_iter\": 0}\n"), "p.jsonl:1: \"n_iter\"");
-}
-
-TEST(BadBatchInput, JsonlSizeTheModelCannotTake) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"H\": 70}\n"), "p.jsonl:2: --H 70");
-}
-
-TEST(BadBatchInput, JsonlUnknownSampler) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"sampler\": \"heun9\"}\n"), "p.jsonl:1: unknown sampler 'heun9'");
-}
-
-TEST(BadBatchInput, JsonlUnknownSchedule) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"sampler\": \"euler\", \"schedule\": \"krras\"}\n"),
-                       "p.jsonl:1: unknown schedule 'krras'");
-}
-
-TEST(BadBatchInput, JsonlScheduleWithACompvisSampler) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"schedule\": \"karras\"}\n"), "p.jsonl:1: --schedule karras applies to");
-}
-
-TEST(BadBatchInput, JsonlSeedWithCompvisSeeds) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"seed\": 3}\n"), "p.jsonl:1: \"seed\" needs --seed-mode per-image");
-}
-
-TEST(BadBatchInput, JsonlNegativeSeed) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\", \"seed\": -1}\n", {"--seed-mode", "per-image"}), "p.jsonl:1: \"seed\"");
-}
-
-TEST(BadBatchInput, JsonlNulInPrompt) {
-    expect_input_error(run_jsonl("{\"prompt\": \"a\\u0000b\"}\n"), "p.jsonl:1: the prompt contains a NUL");
+// One bad JSONL file each (named for what is wrong): exit 1, one line naming file, line and problem.
+TEST(BadBatchInput, JsonlLinesAreRefusedNamingFileAndLine) {
+    struct Case { std::string name, jsonl, says; std::vector<std::string> extra; };
+    const std::vector<Case> cases = {
+        {"JsonlUnknownKey", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"stesp\": 5}\n",
+         "p.jsonl:2: unknown key \"stesp\""},
+        {"JsonlNotAnObject", "[\"a cat\"]\n",
+         "p.jsonl:1: expected a JSON object"},
+        {"JsonlTruncatedLine", "{\"prompt\": \"a\"}\n\n{\"prompt\": \"b\"\n",
+         "p.jsonl:3: not valid JSON"},
+        {"JsonlMissingPrompt", "{\"steps\": 5}\n",
+         "p.jsonl:1: missing string \"prompt\""},
+        {"JsonlNegativeSteps", "{\"prompt\": \"a\", \"steps\": -5}\n",
+         "p.jsonl:1: \"steps\" must be a whole number"},
+        {"JsonlStepsAsText", "{\"prompt\": \"a\", \"steps\": \"20\"}\n",
+         "p.jsonl:1: \"steps\""},
+        {"JsonlScaleNotANumber", "{\"prompt\": \"a\", \"scale\": null}\n",
+         "p.jsonl:1: \"scale\" must be a number"},
+        {"JsonlZeroNIter", "{\"prompt\": \"a\", \"n_iter\": 0}\n",
+         "p.jsonl:1: \"n_iter\""},
+        {"JsonlSizeTheModelCannotTake", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"H\": 70}\n",
+         "p.jsonl:2: --H 70"},
+        {"JsonlUnknownSampler", "{\"prompt\": \"a\", \"sampler\": \"heun9\"}\n",
+         "p.jsonl:1: unknown sampler 'heun9'"},
+        {"JsonlUnknownSchedule", "{\"prompt\": \"a\", \"sampler\": \"euler\", \"schedule\": \"krras\"}\n",
+         "p.jsonl:1: unknown schedule 'krras'"},
+        {"JsonlScheduleWithACompvisSampler", "{\"prompt\": \"a\", \"schedule\": \"karras\"}\n",
+         "p.jsonl:1: --schedule karras applies to"},
+        {"JsonlSeedWithCompvisSeeds", "{\"prompt\": \"a\", \"seed\": 3}\n",
+         "p.jsonl:1: \"seed\" needs --seed-mode per-image"},
+        {"JsonlNegativeSeed", "{\"prompt\": \"a\", \"seed\": -1}\n",
+         "p.jsonl:1: \"seed\"", {"--seed-mode", "per-image"}},
+        {"JsonlNulInPrompt", "{\"prompt\": \"a\\u0000b\"}\n",
+         "p.jsonl:1: the prompt contains a NUL"},
+        {"NonUtf8BytesInJsonl", "{\"prompt\": \"caf\xe9\"}\n",
+         "p.jsonl:1: not valid UTF-8"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.name);
+        expect_input_error(run_jsonl(c.jsonl, c.extra), c.says);
+    }
 }
 
 TEST(BadBatchInput, NonUtf8BytesInTextFile) {
     const std::string dir = sdtest::temp_dir();
     sdtest::write_text(dir + "/p.txt", "fine\ncaf\xe9 au lait\n");
     expect_input_error(sdtest::run(plus(fast_args(dir + "/out"), {"--from-file", dir + "/p.txt"})), "p.txt:2: not valid UTF-8");
-}
-
-TEST(BadBatchInput, NonUtf8BytesInJsonl) {
-    expect_input_error(run_jsonl("{\"prompt\": \"caf\xe9\"}\n"), "p.jsonl:1: not valid UTF-8");
 }
 
 TEST(BadBatchInput, HundredKilobytePromptInFile) {

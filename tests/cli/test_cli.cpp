@@ -473,22 +473,27 @@ TEST(Trust, NonFiniteOrOutOfRangeNumbersAreRefused) {
     expect_no_image(run(args), dir + "/out", "p.jsonl:1: \"scale\" must be a number from 0 to 100");
 }
 
-// NaN weights would decode to a black picture; the run stops instead (exit 2) and writes none.
+// NaN weights would decode to a black picture; the run stops instead (exit 2)
+// and writes none: NaN in the UNet is caught in the latents, NaN in the VAE in its pixels.
 TEST(Trust, NanWeightsStopTheRunWithoutAnImage) {
-    auto m = model_copy();
-    const std::string weights = m + "/unet.weights";
-    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
-    const float nan = std::nanf("");
-    for (const auto& w : sd::read_weight_index(weights)) {
-        if (w.dtype != "F32") continue;
-        f.seekp(static_cast<std::streamoff>(w.begin));
-        for (uint64_t at = w.begin; at < w.end; at += 4) f.write(reinterpret_cast<const char*>(&nan), 4);
+    for (const auto& [file, says] : std::vector<std::pair<std::string, std::string>>{
+             {"unet.weights", "NaN or infinite latents"}, {"vae_decoder.weights", "VAE decoder gave NaN or infinite pixels"}}) {
+        SCOPED_TRACE(file);
+        auto m = model_copy();
+        const std::string weights = m + "/" + file;
+        std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+        const float nan = std::nanf("");
+        for (const auto& w : sd::read_weight_index(weights)) {
+            if (w.dtype != "F32") continue;
+            f.seekp(static_cast<std::streamoff>(w.begin));
+            for (uint64_t at = w.begin; at < w.end; at += 4) f.write(reinterpret_cast<const char*>(&nan), 4);
+        }
+        f.close();
+        const std::string out = sdtest::temp_dir();
+        auto r = run(base_args(m, out));
+        EXPECT_EQ(r.exit_code, 2) << r.err;
+        expect_no_image(r, out, says);
     }
-    f.close();
-    const std::string out = sdtest::temp_dir();
-    auto r = run(base_args(m, out));
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    expect_no_image(r, out, "NaN or infinite latents");
 }
 
 TEST(Trust, UnknownModelFamilyIsRefused) {

@@ -173,3 +173,15 @@ TEST(Metadata, ParametersTextReadsBack) {
     EXPECT_THROW(sd::parse_parameters_text("a\nSteps: 20, Sampler: Heun", "c.png"), sd::Error);
     EXPECT_THROW(sd::parse_parameters_text("a\nSteps: many", "d.png"), sd::Error);
 }
+
+TEST(Plan, NonFiniteWeightIsRefusedUnlessTheSyntaxIsPlain) {
+    auto job = file_job("{\"prompt\":\"a cat\"}\n{\"prompt\":\"b\",\"negative_prompt\":\"(blur:9999999999999999999999999999999999999999)\"}\n", true, 1, 1);
+    try {
+        sd::plan_run(job);
+        ADD_FAILURE() << "accepted";
+    } catch (const sd::Error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("p:2: the negative prompt: the weight of \"blur\"", 0), 0u) << e.what();
+    }
+    job.settings.prompt_weights = false;  // --prompt-syntax plain: brackets are text
+    EXPECT_NO_THROW(sd::plan_run(job));
+}

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "prompt_util.h"
+#include "sd/error.h"
 #include "text/prompt_weights.h"
 
 using sd::WeightedText;
@@ -154,3 +155,21 @@ TEST(PromptChunks, BreakStartsANewWindowPaddedWithThePadId) {
     EXPECT_EQ(c.ids[1], clip().encode_padded("a dog", 77, 49406, 49407, 0));
 }
 
+
+// A weight that overflows a float would only show after sampling, as NaN latents.
+TEST(PromptWeights, WeightsThatAreNotFiniteFloatsAreRefused) {
+    const std::string nines(400, '9');
+    const std::string deep = std::string(3000, '(') + "cat";
+    for (const std::string& p : std::vector<std::string>{"a (cat:" + nines + ") dog", deep, "(cat:" + nines.substr(0, 40) + ")", "[x:1](y:-" + nines.substr(0, 40) + ")"}) {
+        SCOPED_TRACE(p.substr(0, 30));
+        try {
+            sd::check_prompt_weights(p, "--prompt");
+            ADD_FAILURE() << "accepted";
+        } catch (const sd::Error& e) {
+            EXPECT_EQ(std::string(e.what()).rfind("--prompt: the weight of \"", 0), 0u) << e.what();
+            EXPECT_NE(std::string(e.what()).find("not a finite number"), std::string::npos) << e.what();
+        }
+    }
+    for (const std::string& p : std::vector<std::string>{"(cat:" + nines.substr(0, 38) + ") dog", std::string(300, '(') + "cat", "\\(cat:" + nines + "\\)", ""})
+        EXPECT_NO_THROW(sd::check_prompt_weights(p, "--prompt")) << p.substr(0, 30);
+}
