@@ -203,15 +203,18 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
 }
 
+// --from-file - runs as its lines arrive (sd::run_txt2img_stream); --n_iter repeats
+// the whole list and --tokenize prints it, so those read stdin to its end first.
+bool streams_stdin(const Flags& f) { return f.from_file == "-" && !f.tokenize && f.job.n_iter == 1; }
+
 // The prompts of --prompt or --from-file into the job.
 void read_prompts(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     const bool have_prompt = app.count("--prompt") > 0;
     if (have_prompt && !f.from_file.empty()) throw sd::Error("give either --prompt or --from-file, not both");
     if (!f.from_png.empty() && !f.from_file.empty()) throw sd::Error("give either --from-png or --from-file, not both");
-    if (f.from_file == "-" && !f.tokenize && job.n_iter == 1) {
-        // Streamed: lines are read as the run goes (sd::run_txt2img_stream); this
-        // stand-in lets the options be checked before the first line arrives.
+    if (streams_stdin(f)) {
+        // A stand-in line, so that the options are checked before the first line arrives.
         job.prompts.emplace_back();
         job.from_file = true;
     } else if (!f.from_file.empty()) {
@@ -246,10 +249,10 @@ void print_token_ids(const CLI::App& app, const Flags& f) {
 }
 
 // plain: what CompVis's script encodes, the text as it is in one window cut at 77 tokens.
-void use_prompt_syntax(Flags& f) {
-    if (f.prompt_syntax != "a1111" && f.prompt_syntax != "plain")
-        throw sd::Error("--prompt-syntax must be a1111 or plain, got \"" + f.prompt_syntax + "\"");
-    f.job.settings.long_prompts = f.job.settings.prompt_weights = f.prompt_syntax == "a1111";
+void set_prompt_syntax(sd::GenerateSettings& settings, const std::string& syntax) {
+    if (syntax != "a1111" && syntax != "plain")
+        throw sd::Error("--prompt-syntax must be a1111 or plain, got \"" + syntax + "\"");
+    settings.long_prompts = settings.prompt_weights = syntax == "a1111";
 }
 
 // The run's settings from the flags, checked before any model loads.
@@ -268,7 +271,6 @@ void settle_job(const CLI::App& app, Flags& f) {
     if (f.seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
     else if (f.seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
     else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + f.seed_mode + "\"");
-    use_prompt_syntax(f);
     if (!f.shard.empty()) job.shard = sd::parse_shard(f.shard);
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
@@ -320,8 +322,7 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     if (rec.scale && !given("--scale")) job.settings.scale = *rec.scale;
     if (rec.width && !given("--W")) job.settings.width = *rec.width;
     if (rec.height && !given("--H")) job.settings.height = *rec.height;
-    if (!given("--prompt-syntax"))
-        job.settings.long_prompts = job.settings.prompt_weights = rec.prompt_syntax.value_or("a1111") == "a1111";
+    if (!given("--prompt-syntax")) set_prompt_syntax(job.settings, rec.prompt_syntax.value_or("a1111"));
     if (rec.seed_mode && !given("--seed-mode"))
         job.seed_mode = *rec.seed_mode == "per-image" ? sd::SeedMode::per_image : sd::SeedMode::compvis;
     const uint64_t seed = given("--seed") ? job.seed : rec.seed.value_or(job.seed);
@@ -394,7 +395,7 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
     install_stop_handlers();
 
     std::optional<sd::PromptReader> stream;
-    if (f.from_file == "-" && job.n_iter == 1) stream.emplace("-");
+    if (streams_stdin(f)) stream.emplace("-");
     const auto result = stream ? sd::run_txt2img_stream(pipeline, job, *stream, events) : sd::run_txt2img(pipeline, job, events);
     progress.clear();
     if (f.verbose)
@@ -435,7 +436,7 @@ int main(int argc, char** argv) {
             return 0;
         }
         read_prompts(app, f);
-        use_prompt_syntax(f);
+        set_prompt_syntax(f.job.settings, f.prompt_syntax);
         if (f.tokenize) {
             print_token_ids(app, f);
             return 0;

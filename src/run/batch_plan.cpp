@@ -143,18 +143,24 @@ std::string expand_name(const std::string& pattern, int index, uint64_t seed, co
     return out;
 }
 
+namespace {
+
+// Our schedule names and the "Schedule type" names AUTOMATIC1111 writes for them.
+const std::pair<const char*, const char*> kScheduleNames[] = {
+    {"default", "Uniform"}, {"karras", "Karras"}, {"leading", "Leading"}, {"trailing", "Trailing"}};
+
+}  // namespace
+
 std::string schedule_a1111_name(const std::string& schedule) {
-    if (schedule == "karras") return "Karras";
-    if (schedule == "leading") return "Leading";
-    if (schedule == "trailing") return "Trailing";
+    for (const auto& [ours, a1111] : kScheduleNames)
+        if (schedule == ours) return a1111;
     return "Uniform";
 }
 
 std::string schedule_from_a1111_name(const std::string& name) {
-    if (name == "Karras") return "karras";
-    if (name == "Leading") return "leading";
-    if (name == "Trailing") return "trailing";
-    if (name == "Uniform" || name == "Automatic") return "default";
+    if (name == "Automatic") return "default";  // AUTOMATIC1111's own default
+    for (const auto& [ours, a1111] : kScheduleNames)
+        if (name == a1111) return ours;
     return "";
 }
 

@@ -340,18 +340,19 @@ Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, Prom
         // Once it is full nothing more is read, so a producer waiting for this batch's images is served.
         std::vector<PromptLine> lines = {std::move(*pending)};
         pending.reset();
+        RunPlan plan = plan_of(lines);
         while (lines.size() < cap) {
             std::optional<PromptLine> next = reader.next();
             if (!next) break;
-            std::vector<PromptLine> longer = lines;
-            longer.push_back(*next);
-            if (plan_of(longer).batches.size() != 1) {
+            lines.push_back(*next);
+            RunPlan longer = plan_of(lines);
+            if (longer.batches.size() != 1) {  // another batch's line: it starts the next one
+                lines.pop_back();
                 pending = std::move(next);
                 break;
             }
-            lines = std::move(longer);
+            plan = std::move(longer);
         }
-        const RunPlan plan = plan_of(lines);
         run_plan(pipeline, job, plan, events, st);
         if (st.result.interrupted) break;
         number += static_cast<int>(lines.size());
