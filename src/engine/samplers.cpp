@@ -216,16 +216,6 @@ at::Tensor run_dpmpp_2m(const Denoiser& D, at::Tensor x, const at::Tensor& sigma
 
 // ---------------------------------------------------------------- LCM
 
-// LCMScheduler's boundary-condition scalings at integer timestep t
-// (timestep_scaling 10, sigma_data 0.5), as its float32 tensor ops round them.
-std::pair<at::Tensor, at::Tensor> lcm_scalings(int t) {
-    auto scaled = at::scalar_tensor(static_cast<double>(t), at::kFloat) * 10.0;
-    auto den = at::pow(scaled, 2) + 0.25;
-    auto c_skip = at::reciprocal(den) * 0.25;  // python's 0.25 / tensor
-    auto c_out = scaled / at::pow(den, 0.5);
-    return {c_skip, c_out};
-}
-
 // diffusers' LCMScheduler: x_T is the start noise (init sigma 1), the UNet gets
 // x and the integer t; each step's denoised = c_out pred_x0 + c_skip x is
 // noised again to the next timestep of the list with a fresh draw, except in
@@ -353,6 +343,16 @@ at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<fl
         throw Error("unknown schedule '" + schedule + "' (choose default, karras or trailing)");
     }
     return at::cat({s, at::zeros({1}, at::kFloat)});
+}
+
+// LCMScheduler's boundary-condition scalings at integer timestep t
+// (timestep_scaling 10, sigma_data 0.5), as its float32 tensor ops round them.
+std::pair<at::Tensor, at::Tensor> lcm_scalings(int t) {
+    auto scaled = at::scalar_tensor(static_cast<double>(t), at::kFloat) * 10.0;
+    auto den = at::pow(scaled, 2) + 0.25;
+    auto c_skip = at::reciprocal(den) * 0.25;  // python's 0.25 / tensor
+    auto c_out = scaled / at::pow(den, 0.5);
+    return {c_skip, c_out};
 }
 
 at::Tensor sigma_to_t(const at::Tensor& sigma, const at::Tensor& log_sigmas) {

@@ -8,6 +8,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -69,6 +70,8 @@ at::Tensor model_sigmas(const std::vector<float>& alphas_cumprod);
 // sigmas); "karras" = get_sigmas_karras(steps, sigma_min, sigma_max, rho 7);
 // "trailing" = diffusers' sigmas at the trailing timesteps (schedule.h).
 at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<float>& alphas_cumprod);
+// LCMScheduler's c_skip and c_out at integer timestep t (0-dim float32).
+std::pair<at::Tensor, at::Tensor> lcm_scalings(int t);
 // The continuous timestep of each sigma (CompVisDenoiser.sigma_to_t, quantize=False).
 at::Tensor sigma_to_t(const at::Tensor& sigma, const at::Tensor& log_sigmas);
 
