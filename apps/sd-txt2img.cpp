@@ -302,6 +302,14 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
         if (!app.count("--W")) job.settings.width = native;
     }
     if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
+    // The model's recorded sampler recipe (model.json default_*): its steps and
+    // schedule belong to its sampler, so they apply only when --sampler does too.
+    const sd::ModelConfig& c = pipeline.config();
+    if (!c.default_sampler.empty() && !app.count("--sampler") && !f.plms) {
+        job.settings.sampler = c.default_sampler;
+        if (c.default_steps > 0 && !app.count("--steps")) job.settings.steps = c.default_steps;
+        if (!c.default_schedule.empty() && !app.count("--schedule")) job.settings.schedule = c.default_schedule;
+    }
     job.model_name = model_name(pipeline.config(), f.model_dir);
 }
 

@@ -188,7 +188,10 @@ struct TorchPipeline::Impl {
     Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                              const GenerateSettings& s) {
         auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
-        TextEncodeFn encode = [&](const at::Tensor& ids) { return to_host(te.forward({ids.to(device)}).toTensor()); };
+        TextEncodeFn encode = [&](const at::Tensor& ids) {
+            peaks.text_rows += ids.size(0);
+            return to_host(te.forward({ids.to(device)}).toTensor());
+        };
         return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
     }
 

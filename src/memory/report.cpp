@@ -28,7 +28,7 @@ std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, cons
            " large blocks reused\n";
     // Rows per evaluation and image: 2 with guidance, 1 at --scale 1 (the cond alone).
     out += "sd-txt2img: unet: " + std::to_string(m.unet_evaluations) + " model evaluations, " + std::to_string(m.unet_rows) +
-           " UNet rows (last batch)\n";
+           " UNet rows, " + std::to_string(m.text_rows) + " text encoder rows (last batch)\n";
     return out;
 }
 
