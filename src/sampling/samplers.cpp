@@ -10,6 +10,7 @@ namespace sd {
 
 namespace {
 
+// A row's schedules column: names separated by spaces.
 std::vector<std::string> words(const std::string& text) {
     std::vector<std::string> out;
     size_t i = 0;
@@ -63,7 +64,7 @@ void check_sampler_settings(const std::string& sampler, const std::string& sched
     }
     if (takers.empty()) {
         std::string choices = listed(known);
-        choices.replace(choices.rfind(" and "), 5, " or ");
+        if (const size_t last = choices.rfind(" and "); last != std::string::npos) choices.replace(last, 5, " or ");
         throw Error("unknown schedule '" + schedule + "' (choose " + choices + ")");
     }
     if (std::find(info.schedules.begin(), info.schedules.end(), schedule) == info.schedules.end())
