@@ -174,6 +174,9 @@ std::vector<uint8_t>* VaeOverride::base_ = nullptr;
 TEST_F(VaeOverride, TheModelsOwnVaeGivesTheSameImage) {
     EXPECT_EQ(image_with({"--vae", *dir_ + "/bare.safetensors"}), *base_);
     EXPECT_EQ(image_with({"--vae", *dir_ + "/prefixed.safetensors"}), *base_);
+    // Whole SD checkpoints hold their VAE under first_stage_model. (a .ckpt under state_dict. too).
+    EXPECT_EQ(image_with({"--vae", sdtest::fixtures() + "/tiny/tiny.safetensors"}), *base_);
+    EXPECT_EQ(image_with({"--vae", sdtest::test_models() + "/tiny.ckpt"}), *base_);
 }
 
 TEST_F(VaeOverride, OtherWeightsChangeTheImage) {

@@ -44,6 +44,13 @@ TEST(TaesdDecoder, DiffusersFolderMatchesReference) {
     expect_decode_matches(d, "tiny_decode_encode");
 }
 
+// madebyollin's file: fp16 tensors read into fp32, keys "{i}.*".
+TEST(TaesdDecoder, PthMatchesReference) {
+    const auto d = sd::TaesdDecoder::load(taesd_dir() + "/taesd_decoder.pth");
+    EXPECT_EQ(d.channels(), 64);
+    expect_decode_matches(d, "pth_decode_latents");
+}
+
 // The variation the README says must fail: the latents divided by the VAE's
 // scale factor first (TAESD takes the UNet's latents as they are).
 TEST(TaesdDecoder, ScaledLatentsFailTheTolerance) {
@@ -52,6 +59,10 @@ TEST(TaesdDecoder, ScaledLatentsFailTheTolerance) {
     const auto ref_out = sdtest::load_tensor(case_dir("tiny_decode_encode") + "/taesd_out.npy");
     c10::InferenceMode guard;
     EXPECT_GT(sdtest::max_abs_diff(d.decode(latents / 0.18215), ref_out), 1e-4 * max_abs(ref_out));
+    const auto pth = sd::TaesdDecoder::load(taesd_dir() + "/taesd_decoder.pth");
+    const auto pth_latents = sdtest::load_tensor(case_dir("pth_decode_latents") + "/latents.npy");
+    const auto pth_ref = sdtest::load_tensor(case_dir("pth_decode_latents") + "/taesd_out.npy");
+    EXPECT_GT(sdtest::max_abs_diff(pth.decode(pth_latents / 0.18215), pth_ref), 1e-4 * max_abs(pth_ref));
 }
 
 // Bad files: one line naming the file and what is wrong.
@@ -82,6 +93,10 @@ TEST(TaesdDecoder, RefusesBadInputWithOneLine) {
     EXPECT_NE(message(dir + "/vae.safetensors").find("lacks the tensor 1.weight"), std::string::npos)
         << message(dir + "/vae.safetensors");
     EXPECT_NE(message(dir + "/missing.pth").find("does not exist"), std::string::npos);
+    const std::string pth = sdtest::read_text(taesd_dir() + "/taesd_decoder.pth");
+    sdtest::write_text(dir + "/cut.pth", pth.substr(0, pth.size() / 2));
+    EXPECT_NE(message(dir + "/cut.pth").find("cut.pth"), std::string::npos) << message(dir + "/cut.pth");
+    EXPECT_EQ(message(dir + "/cut.pth").find('\n'), std::string::npos) << message(dir + "/cut.pth");
     for (const std::string& m : {message(empty), message(dir + "/cut.safetensors"), message(dir + "/vae.safetensors")})
         EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
@@ -128,6 +143,10 @@ void check_txt2img_case(const std::string& name, const std::string& taesd) {
 }
 
 }  // namespace
+
+TEST(TaesdCli, PthTxt2ImgMatchesReference) {
+    check_txt2img_case("pth_txt2img_ddim10_64x64", taesd_dir() + "/taesd_decoder.pth");
+}
 
 TEST(TaesdCli, DiffusersFolderTxt2ImgMatchesReference) {
     check_txt2img_case("tiny_txt2img_ddim10_64x96", taesd_dir() + "/taesd_tiny");
