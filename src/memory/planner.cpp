@@ -33,9 +33,9 @@ static constexpr double kVaeFloatsPerChannel = 8.0;
 // per-head run by 22% (docs/benchmarks.md).
 static constexpr double kVaeMidTensors = 4.0;
 // TAESD: floats per output pixel, in units of its channel count, at the finest
-// level: a Block's input, its conv output, the ReLU's copy and the next conv's
-// output are alive together (no norms, no attention).
-static constexpr double kTaesdFloatsPerChannel = 4.0;
+// level: a Block's input, its conv output and the ReLU's copy alive together
+// (no norms, no attention); measured at 512x512 in docs/memory.md.
+static constexpr double kTaesdFloatsPerChannel = 3.0;
 // Text encoder: activations are small next to its weights.
 static constexpr double kTextActivationFloatsPerToken = 24.0;
 // Freed-block reuse, per byte of a stage's predicted activations (and, in the
