@@ -127,6 +127,29 @@ TEST(VaeDecoder, BadInputIsOneLine) {
     sdtest::write_text(dir + "/cut.safetensors", full.substr(0, full.size() - 100));
     expect_one_line_error(run_tiny(dir, {"--vae-decoder", "taesd:" + dir + "/cut.safetensors"}), "cut.safetensors");
     expect_one_line_error(run_tiny(dir, {"--preview-decoder", "taesd:", "--preview", "1"}), "--preview-decoder");
+    const std::string pth = sdtest::read_text(sdtest::fixtures() + "/taesd/taesd_decoder.pth");
+    sdtest::write_text(dir + "/cut.pth", pth.substr(0, pth.size() - 1000));
+    expect_one_line_error(run_tiny(dir, {"--vae-decoder", "taesd:" + dir + "/cut.pth"}), "cut.pth");
+}
+
+// A TAESD file with a tensor missing or of another shape: the file and the key, in one line.
+TEST(VaeDecoder, WrongTensorsAreNamed) {
+    const std::string dir = sdtest::temp_dir();
+    const std::string script =
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1] + '/python')\n"
+        "from sd_export.safetensors_io import read_tensors, write_safetensors\n"
+        "t, out = read_tensors(sys.argv[2]), sys.argv[3]\n"
+        "write_safetensors(out + '/missing.safetensors', [(k, v) for k, v in t.items() if k != 'decoder.layers.3.conv.2.bias'])\n"
+        "write_safetensors(out + '/shape.safetensors', [(k, v[:8] if k == 'decoder.layers.6.weight' else v) for k, v in t.items()])\n";
+    sdtest::write_text(dir + "/make.py", script);
+    const auto made = run({sdtest::env("SD_PYTHON"), dir + "/make.py", sdtest::env("SD_SOURCE_DIR"),
+                           sdtest::fixtures() + "/taesd/taesd_tiny/diffusion_pytorch_model.safetensors", dir});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    expect_one_line_error(run_tiny(dir, {"--vae-decoder", "taesd:" + dir + "/missing.safetensors"}),
+                          "missing.safetensors lacks the tensor 4.conv.2.bias");
+    expect_one_line_error(run_tiny(dir, {"--vae-decoder", "taesd:" + dir + "/shape.safetensors"}),
+                          "shape.safetensors: 7.weight is [8,16,3,3], expected [16,16,3,3]");
 }
 
 // --vae: standalone VAE files written with the export package's safetensors

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ void expect_decode_matches(const sd::TaesdDecoder& d, const std::string& name) {
         out = d.decode(latents);
     }
     ASSERT_EQ(out.sizes(), ref_out.sizes());
+    std::cout << name << ": taesd_out max diff " << sdtest::max_abs_diff(out, ref_out) << " (max|ref| "
+              << max_abs(ref_out) << "), decoded max diff " << sdtest::max_abs_diff(out * 2.0 - 1.0, ref_decoded) << "\n";
     EXPECT_LE(sdtest::max_abs_diff(out, ref_out), 1e-4 * max_abs(ref_out)) << name << " taesd_out";
     EXPECT_LE(sdtest::max_abs_diff(out * 2.0 - 1.0, ref_decoded), 1e-4 * max_abs(ref_decoded)) << name << " decoded";
 }
@@ -125,6 +128,7 @@ void check_txt2img_case(const std::string& name, const std::string& taesd) {
     const auto got = sdtest::load_tensor(out + "/latents.npy");
     ASSERT_EQ(got.sizes(), ref.sizes());
     EXPECT_LE(sdtest::max_abs_diff(got, ref), 1e-4 * max_abs(ref)) << name << " latents";
+    std::cout << name << ": latents max diff " << sdtest::max_abs_diff(got, ref) << " (max|ref| " << max_abs(ref) << ")\n";
     const auto paths = sdtest::lines(r.out);
     ASSERT_EQ(paths.size(), 1u) << r.out;
     const auto img = sd::read_png(paths[0]);
@@ -138,6 +142,7 @@ void check_txt2img_case(const std::string& name, const std::string& taesd) {
         max_diff = std::max(max_diff, d);
         differing += d > 0;
     }
+    std::cout << name << ": image max diff " << max_diff << " levels on " << differing << " of " << img.rgb.size() << "\n";
     EXPECT_LE(max_diff, 1) << name;
     EXPECT_LE(differing, static_cast<int64_t>(img.rgb.size()) / 1000) << name;
 }
