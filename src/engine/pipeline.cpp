@@ -264,6 +264,9 @@ struct TorchPipeline::Impl {
             if (taesd)
                 throw Error("--vae replaces the weights of the model's VAE, which --vae-decoder " + o.vae_decoder +
                             " does not use; give one of them");
+            // Read as inference tensors, so the stage (loaded inside the run's
+            // InferenceMode) takes them as they are: one copy of the VAE, not two.
+            c10::InferenceMode guard;
             vae_override = read_vae_override(o.vae, weight_file_for(config.vae_decoder_path));
         }
         for (auto* t : {&taesd, &preview_taesd})

@@ -196,10 +196,8 @@ void replace_weights(torch::jit::Module& m, const std::map<std::string, at::Tens
     for (const auto& p : m.named_parameters(/*recurse=*/true)) {
         const auto it = replace.find(p.name);
         if (it == replace.end()) continue;
-        // A copy made here, like the mapped tensors beside it: the stage loads
-        // inside the run's InferenceMode, whose tensors and others do not mix.
         at::Tensor target = p.value;
-        target.set_data(it->second.clone());
+        target.set_data(it->second);
     }
 }
 

@@ -15,7 +15,9 @@ namespace sd {
 // layers widen each weight as they run, docs/model-format.md), and moved to
 // `device` after that conversion, so a GPU never holds the file's own dtype.
 // `replace` (--vae) gives tensors that stand in for the weight file's of the
-// same names, already checked against its shapes (vae_override.h).
+// same names, already checked against its shapes (vae_override.h). They must
+// be inference tensors, like the mapped ones beside them (the stage loads in
+// the run's InferenceMode, whose tensors and others cannot be swapped).
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
                               c10::Device device = c10::kCPU,
                               const std::map<std::string, at::Tensor>* replace = nullptr);

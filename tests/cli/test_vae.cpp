@@ -206,6 +206,15 @@ TEST_F(VaeOverride, OtherWeightsChangeTheImage) {
     const auto img = image_with({"--vae", *dir_ + "/scaled.safetensors"});
     ASSERT_EQ(img.size(), base_->size());
     EXPECT_NE(img, *base_);
+    // Sequential loading loads the VAE again for every batch: with the same weights each time.
+    const std::string a = sdtest::temp_dir(), b = sdtest::temp_dir();
+    const std::vector<std::string> two = {"--vae", *dir_ + "/scaled.safetensors", "--n_iter", "2"};
+    auto extra = two;
+    extra.insert(extra.end(), {"--sequential-load", "on"});
+    ASSERT_EQ(run_tiny(a, two).exit_code, 0);
+    ASSERT_EQ(run_tiny(b, extra).exit_code, 0);
+    EXPECT_EQ(pixels_of(a + "/00001.png"), pixels_of(b + "/00001.png"));
+    EXPECT_EQ(pixels_of(b + "/00000.png"), img);
 }
 
 TEST_F(VaeOverride, BadFilesAreOneLine) {
