@@ -246,4 +246,10 @@ TEST_F(VaeOverride, ExportWithVaeMatchesRunTimeVae) {
     EXPECT_EQ(bad.exit_code, 1);
     EXPECT_EQ(sdtest::lines(bad.err).size(), 1u) << bad.err;
     EXPECT_NE(bad.err.find("decoder.conv_in.weight is [64, 2, 3, 3]"), std::string::npos) << bad.err;
+    auto missing = run({sdtest::env("SD_PYTHON"), src + "/scripts/export_model.py", fx + "/tiny.safetensors", "--out",
+                        *dir_ + "/exported_missing", "--config", fx + "/v1-tiny.yaml", "--text-config",
+                        fx + "/text_encoder.json", "--vae", *dir_ + "/none.safetensors"});
+    EXPECT_EQ(missing.exit_code, 1);
+    EXPECT_EQ(sdtest::lines(missing.err).size(), 1u) << missing.err;
+    EXPECT_NE(missing.err.find("--vae " + *dir_ + "/none.safetensors does not exist"), std::string::npos) << missing.err;
 }
