@@ -119,6 +119,10 @@ def export(args):
                              r["parameterization_source"], r["latent_size"])
     if args.guidance_scale is not None:
         info["guidance_scale"] = args.guidance_scale
+    # The sampler recipe the model is meant for (docs/model-format.md).
+    for key in ("default_sampler", "default_steps", "default_schedule"):
+        if getattr(args, key, None) is not None:
+            info[key] = getattr(args, key)
     stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info)
     if getattr(args, "vae", None):
         source_text = f"{source} with VAE {os.path.basename(args.vae)}"

@@ -42,8 +42,12 @@ void check_cli_case(const std::string& case_dir, const std::string& model_dir, c
     const auto a = read_json(case_dir + "/args.json");
     const std::string out = temp_dir();
     auto args = case_cli_args(a, model_dir, out + "/img");
-    args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
     args.insert(args.end(), extra.begin(), extra.end());
+    check_cli_run(case_dir, args, out);
+}
+
+void check_cli_run(const std::string& case_dir, std::vector<std::string> args, const std::string& out) {
+    args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
     auto r = run(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
 

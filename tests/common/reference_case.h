@@ -19,4 +19,8 @@ std::vector<std::string> case_cli_args(const nlohmann::json& args, const std::st
 // max|reference|) and images (1 level on at most 0.1% of values).
 void check_cli_case(const std::string& case_dir, const std::string& model_dir, const std::vector<std::string>& extra);
 
+// The same checks for a CLI command line of one's own (args[0] the tool; no
+// --save-latents, which this adds, writing into the temporary folder `out`).
+void check_cli_run(const std::string& case_dir, std::vector<std::string> args, const std::string& out);
+
 }  // namespace sdtest
