@@ -111,6 +111,7 @@ void check_numeric_flags(const CLI::App& app, const sd::Txt2ImgJob& job, int bat
     sd::check_whole("--n_iter", job.n_iter, sd::kIterRange);
     if (app.count("--batch-size")) sd::check_whole("--batch-size", batch_size, sd::kSamplesRange);
     sd::check_threads(threads);
+    sd::check_clip_skip("--clip-skip", job.settings.clip_skip, 0);  // the model's layers: Pipeline::check
 }
 
 // "auto" -> unset (the planner decides), "on" -> true, "off" -> false.
@@ -142,6 +143,8 @@ struct Flags {
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
+    std::vector<std::string> embeddings;  // textual inversion (issue 19)
+    std::string embeddings_dir;
     sd::Txt2ImgJob job;  // the flags that map onto it directly
 };
 
@@ -198,6 +201,15 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
     app.add_flag("--verbose", f.verbose, "after the run, print predicted vs measured peak memory per stage and load times");
     app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
+    // Text add-ons (issue 19): clip skip and textual-inversion embeddings.
+    app.add_option("--clip-skip", f.job.settings.clip_skip,
+                   "text encoder layers to skip, A1111's numbering: 1 = none, 2 = the last one (the prompt only; "
+                   "the negative prompt uses every layer, as diffusers)")
+        ->capture_default_str();
+    app.add_option("--embedding", f.embeddings,
+                   "a textual-inversion embedding (.safetensors, .pt, .bin); its trigger word is the file name without "
+                   "extension (diffusers' learned_embeds: its token); repeatable");
+    app.add_option("--embeddings-dir", f.embeddings_dir, "load every embedding file in this folder (A1111's embeddings folder)");
     app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
     app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
@@ -290,6 +302,8 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     o.sequential = parse_switch("--sequential-load", f.sequential_load);
     o.vae_tile = parse_tiling(f.vae_tiling);
     if (app.count("--batch-size")) o.batch_size = f.batch_size;
+    o.embeddings = f.embeddings;
+    o.embeddings_dir = f.embeddings_dir;
     return o;
 }
 
@@ -303,6 +317,7 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
     }
     if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
     job.model_name = model_name(pipeline.config(), f.model_dir);
+    job.embeddings = pipeline.embeddings();  // for the PNG text's "TI hashes"
 }
 
 // The job that remakes the image a PNG records: its settings, except those the flags give.
@@ -322,6 +337,7 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     if (rec.scale && !given("--scale")) job.settings.scale = *rec.scale;
     if (rec.width && !given("--W")) job.settings.width = *rec.width;
     if (rec.height && !given("--H")) job.settings.height = *rec.height;
+    if (!given("--clip-skip")) job.settings.clip_skip = rec.clip_skip.value_or(1);
     if (!given("--prompt-syntax")) set_prompt_syntax(job.settings, rec.prompt_syntax.value_or("a1111"));
     if (rec.seed_mode && !given("--seed-mode"))
         job.seed_mode = *rec.seed_mode == "per-image" ? sd::SeedMode::per_image : sd::SeedMode::compvis;

@@ -30,6 +30,15 @@ struct PipelineOptions {
     // Measure each stage's peak (resets the kernel's peak counter, so the
     // process-wide peak that /usr/bin/time reports then covers only the last stage).
     bool measure_stages = false;
+    // Textual inversion (issue 19): embedding files, and a folder of them (A1111's embeddings folder).
+    std::vector<std::string> embeddings;
+    std::string embeddings_dir;
+};
+
+// A textual-inversion embedding the pipeline loaded: the word that calls it up
+// in a prompt, and A1111's short hash of its file (PNG text "TI hashes").
+struct EmbeddingInfo {
+    std::string trigger, hash;
 };
 
 // Peak resident memory measured while each stage ran (bytes; 0 if it did not run).
@@ -60,6 +69,10 @@ struct GenerateSettings {
     std::string negative_prompt;         // replaces the unconditional "" for every image
     bool long_prompts = true;            // more than 75 tokens: more 77-token windows (else truncated)
     bool prompt_weights = true;          // A1111 (text:1.3) / [text] / BREAK syntax (else plain text)
+    // Text add-ons (issue 19): clip skip in AUTOMATIC1111's numbering: 1 = every
+    // layer, N = the last N - 1 layers skipped (diffusers' clip_skip = N - 1), for the
+    // prompt only (the negative prompt runs every layer, as diffusers does).
+    int clip_skip = 1;
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.
@@ -107,6 +120,9 @@ public:
     // One batch: one image per prompt.
     virtual BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                                  const ProgressFn& progress = nullptr) = 0;
+
+    // The textual-inversion embeddings loaded (PipelineOptions::embeddings).
+    virtual std::vector<EmbeddingInfo> embeddings() const { return {}; }
 };
 
 // The --verbose report (stderr lines): the plan, then predicted against

@@ -8,6 +8,8 @@
 
 #include "engine/block_cache.h"
 #include "engine/conditioning.h"
+#include "engine/embeddings.h"
+#include "io/embedding_file.h"
 #include "sd/error.h"
 #include "engine/stage_loader.h"
 #include "engine/runtime.h"
@@ -15,6 +17,7 @@
 #include "memory/planner.h"
 #include "sampling/schedule.h"
 #include "sd/tokenizer.h"
+#include "sd/value_rules.h"
 
 namespace sd {
 
@@ -137,6 +140,7 @@ public:
     void seed(uint64_t seed) override;
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
+    std::vector<EmbeddingInfo> embeddings() const override;
 
 private:
     struct Impl;
@@ -156,6 +160,7 @@ struct TorchPipeline::Impl {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
     StagePeaks peaks;
     StageTimes times;
+    std::vector<Embedding> embeddings;  // textual inversion
 
     // The text encoder always holds fp32 weights: it runs alone, before the UNet.
     at::ScalarType weight_type(const std::string& path) const {
@@ -184,12 +189,47 @@ struct TorchPipeline::Impl {
         release_free_memory();
     }
 
-    // Long prompts and weighting: conditioning.h.
+    // The text encoder's token embedding table [vocab, D].
+    static at::Tensor token_table(torch::jit::Module& te) {
+        for (const auto& p : te.named_parameters())
+            if (p.name == "text_model.embeddings.token_embedding.weight") return p.value;
+        throw Error("the text encoder has no token embedding table (text_model.embeddings.token_embedding.weight)");
+    }
+
+    // Token embeddings of ids [m, L] on the device: ids past the vocabulary
+    // (trigger words' positions) take rows of the embeddings' table.
+    at::Tensor token_embeddings(torch::jit::Module& te, const at::Tensor& ids) {
+        const at::Tensor table = token_table(te);
+        const int64_t vocab = table.size(0);
+        const at::Tensor on_device = ids.to(table.device());
+        const at::Tensor added = on_device >= vocab;
+        at::Tensor x = at::embedding(table, on_device.clamp_max(vocab - 1));
+        const at::Tensor extra = embedding_table(embeddings, config.context_dim).to(table.device(), table.scalar_type());
+        x.index_put_({added}, extra.index_select(0, on_device.masked_select(added) - vocab));
+        return x;
+    }
+
+    // The text encoder with `skip` last layers skipped (clip skip); ids past
+    // the vocabulary go through forward_embeds.
+    TextEncodeFn text_encoder_fn(torch::jit::Module& te, int64_t skip) {
+        return [this, &te, skip](const at::Tensor& ids) {
+            if (te.hasattr("clip_skip")) te.setattr("clip_skip", skip);
+            if (embeddings.empty() || !(ids >= token_table(te).size(0)).any().item<bool>())
+                return to_host(te.forward({ids.to(device)}).toTensor());
+            return to_host(te.run_method("forward_embeds", token_embeddings(te, ids)).toTensor());
+        };
+    }
+
+    // Long prompts and weighting: conditioning.h. Clip skip for the prompts only (as diffusers).
     Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                              const GenerateSettings& s) {
         auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
-        TextEncodeFn encode = [&](const at::Tensor& ids) { return to_host(te.forward({ids.to(device)}).toTensor()); };
-        return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
+        if ((s.clip_skip != 1 || !embeddings.empty()) && !te.hasattr("clip_skip"))
+            throw Error(config.text_encoder_path + " was exported before clip skip and textual inversion existed: "
+                        "re-export the model with this version (scripts/export_model.py)");
+        const auto added = added_words(embeddings, token_table(te).size(0));
+        return encode_conditioning(text_encoder_fn(te, s.clip_skip - 1), text_encoder_fn(te, 0), *tokenizer, config,
+                                   prompts, negatives, {s.long_prompts, s.prompt_weights}, added);
     }
 
     // Decodes one image at a time (the VAE's activations grow with pixels).
@@ -240,6 +280,8 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : impl_(std::make_u
         check_stage_files(*stage);
     impl_->memory = memory_model(impl_->config);
     impl_->tokenizer = ClipTokenizer::load(impl_->config.vocab_path, impl_->config.merges_path);
+    impl_->embeddings = load_embeddings(embedding_files(options.embeddings, options.embeddings_dir),
+                                        impl_->config.context_dim, impl_->config.context_length - 2);
     configure_runtime(options.threads);
     impl_->base_rss = static_cast<double>(current_rss_bytes());
 }
@@ -255,6 +297,11 @@ const StagePeaks& TorchPipeline::measured() const {
     return impl_->peaks;
 }
 const StageTimes& TorchPipeline::timings() const { return impl_->times; }
+std::vector<EmbeddingInfo> TorchPipeline::embeddings() const {
+    std::vector<EmbeddingInfo> out;
+    for (const auto& e : impl_->embeddings) out.push_back({e.trigger, e.hash});
+    return out;
+}
 
 void TorchPipeline::check(const GenerateSettings& s) const {
     const auto& c = impl_->config;
@@ -265,6 +312,7 @@ void TorchPipeline::check(const GenerateSettings& s) const {
         throw Error("--steps must be between 1 and " + std::to_string(T) + ", the number of timesteps in this model's noise " +
                     "schedule (model.json alphas_cumprod), got " + std::to_string(s.steps));
     sampler_step_count(s.sampler, s.schedule, s.steps, T);  // rejects CompVis counts whose schedule runs past T-1
+    check_clip_skip("--clip-skip", s.clip_skip, c.text_layers_used);
     for (auto [name, v] : {std::pair<const char*, int>{"--H", s.height}, {"--W", s.width}}) {
         if (v < c.size_multiple || v % c.size_multiple != 0)
             throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +

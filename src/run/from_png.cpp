@@ -115,6 +115,7 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Batch size") r.batch_size = static_cast<int>(whole(key, value, kSamplesRange, where));
         else if (key == "Batch position") r.batch_position = static_cast<int>(whole(key, value, {0, kSamplesRange.hi}, where));
         else if (key == "Batch number") r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
+        else if (key == "Clip skip") r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
         else if (key == "Model") r.model = value;
         else if (key == "Version") r.version = value;
         // Other tools' keys (Model hash, ...) decide nothing here.

@@ -1,0 +1,89 @@
+#include "engine/embeddings.h"
+
+#include <fstream>
+
+#include "io/embedding_file.h"
+#include "io/weight_file.h"
+#include "sd/error.h"
+
+namespace sd {
+namespace {
+
+at::ScalarType dtype_of(const std::string& name) {
+    if (name == "F16") return at::kHalf;
+    if (name == "BF16") return at::kBFloat16;
+    return at::kFloat;
+}
+
+// The chosen tensor of a .safetensors embedding, as stored (dtype and shape).
+std::pair<std::string, at::Tensor> read_safetensors_vectors(const std::string& path) {
+    const auto index = read_weight_index(path);
+    std::vector<std::string> names;
+    for (const auto& e : index) names.push_back(e.name);
+    const std::string name = embedding_tensor_name(names, path);
+    const WeightEntry& e = *std::find_if(index.begin(), index.end(), [&](const WeightEntry& w) { return w.name == name; });
+    std::string bytes(e.end - e.begin, '\0');
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(e.begin));
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+        throw Error("embedding " + path + ": cannot read its data");
+    auto t = at::from_blob(bytes.data(), e.shape, dtype_of(e.dtype)).to(at::kFloat);  // .to copies out of `bytes`
+    if (dtype_of(e.dtype) == at::kFloat) t = t.clone();
+    return {name, t};
+}
+
+// Vectors [n, D] from a stored tensor [D] (diffusers) or [n, D], checked.
+at::Tensor as_vectors(const at::Tensor& t, const std::string& path, int width, int max_vectors) {
+    const at::Tensor v = t.dim() == 1 ? t.unsqueeze(0) : t;
+    if (v.dim() != 2) throw Error("embedding " + path + ": its tensor has " + std::to_string(t.dim()) +
+                                  " dimensions; an embedding is [vectors, width] or [width]");
+    if (v.size(1) != width)
+        throw Error("embedding " + path + " has vectors of width " + std::to_string(v.size(1)) +
+                    ", but this model's text encoder has width " + std::to_string(width) +
+                    " (an embedding made for another model family)");
+    if (v.size(0) < 1 || v.size(0) > max_vectors)
+        throw Error("embedding " + path + " has " + std::to_string(v.size(0)) + " vectors; between 1 and " +
+                    std::to_string(max_vectors) + " fit in a prompt window");
+    if (!at::isfinite(v).all().item<bool>()) throw Error("embedding " + path + " holds NaN or infinite values");
+    return v.contiguous();
+}
+
+}  // namespace
+
+std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, int width, int max_vectors) {
+    std::vector<Embedding> out;
+    for (const auto& path : files) {
+        if (!is_embedding_file_name(path))
+            throw Error("embedding " + path + ": not an embedding file (.safetensors, .pt or .bin)");
+        if (path.size() < 12 || path.compare(path.size() - 12, 12, ".safetensors") != 0)
+            throw Error("embedding " + path + ": .pt and .bin embeddings are not readable yet; use a .safetensors one");
+        auto [name, tensor] = read_safetensors_vectors(path);
+        Embedding e;
+        e.path = path;
+        e.trigger = embedding_trigger(path, name);
+        e.vectors = as_vectors(tensor, path, width, max_vectors);
+        e.hash = embedding_short_hash(path);
+        for (const auto& other : out)
+            if (other.trigger == e.trigger)
+                throw Error("embeddings " + other.path + " and " + path + " both have the trigger word \"" + e.trigger + "\"");
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
+std::vector<AddedWord> added_words(const std::vector<Embedding>& embeddings, int64_t first_id) {
+    std::vector<AddedWord> out;
+    for (const auto& e : embeddings) {
+        out.push_back({e.trigger, first_id, static_cast<int>(e.vectors.size(0))});
+        first_id += e.vectors.size(0);
+    }
+    return out;
+}
+
+at::Tensor embedding_table(const std::vector<Embedding>& embeddings, int width) {
+    std::vector<at::Tensor> parts;
+    for (const auto& e : embeddings) parts.push_back(e.vectors);
+    return parts.empty() ? at::zeros({0, width}) : at::cat(parts);
+}
+
+}  // namespace sd
