@@ -86,4 +86,28 @@ at::Tensor embedding_table(const std::vector<Embedding>& embeddings, int width) 
     return parts.empty() ? at::zeros({0, width}) : at::cat(parts);
 }
 
+at::Tensor token_table(const torch::jit::Module& text_encoder) {
+    for (const auto& p : text_encoder.named_parameters())
+        if (p.name == "text_model.embeddings.token_embedding.weight") return p.value;
+    throw Error("the text encoder has no token embedding table (text_model.embeddings.token_embedding.weight)");
+}
+
+void check_text_encoder_features(const torch::jit::Module& text_encoder, const std::string& path, bool clip_skip,
+                                 bool embeddings) {
+    if ((clip_skip || embeddings) && !text_encoder.hasattr("clip_skip"))
+        throw Error(path + " was exported before " + (clip_skip ? "--clip-skip" : "textual-inversion embeddings") +
+                    " existed: re-export the model with this version (scripts/export_model.py)");
+}
+
+at::Tensor encode_ids(torch::jit::Module& text_encoder, const at::Tensor& ids, int64_t skip, const at::Tensor& extra) {
+    if (text_encoder.hasattr("clip_skip")) text_encoder.setattr("clip_skip", skip);
+    const at::Tensor table = token_table(text_encoder);
+    const int64_t vocab = table.size(0);
+    const at::Tensor added = ids >= vocab;
+    if (extra.size(0) == 0 || !added.any().item<bool>()) return text_encoder.forward({ids}).toTensor();
+    at::Tensor x = at::embedding(table, ids.clamp_max(vocab - 1));
+    x.index_put_({added}, extra.to(table.scalar_type()).index_select(0, ids.masked_select(added) - vocab));
+    return text_encoder.run_method("forward_embeds", x).toTensor();
+}
+
 }  // namespace sd

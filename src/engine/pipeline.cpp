@@ -189,47 +189,18 @@ struct TorchPipeline::Impl {
         release_free_memory();
     }
 
-    // The text encoder's token embedding table [vocab, D].
-    static at::Tensor token_table(torch::jit::Module& te) {
-        for (const auto& p : te.named_parameters())
-            if (p.name == "text_model.embeddings.token_embedding.weight") return p.value;
-        throw Error("the text encoder has no token embedding table (text_model.embeddings.token_embedding.weight)");
-    }
-
-    // Token embeddings of ids [m, L] on the device: ids past the vocabulary
-    // (trigger words' positions) take rows of the embeddings' table.
-    at::Tensor token_embeddings(torch::jit::Module& te, const at::Tensor& ids) {
-        const at::Tensor table = token_table(te);
-        const int64_t vocab = table.size(0);
-        const at::Tensor on_device = ids.to(table.device());
-        const at::Tensor added = on_device >= vocab;
-        at::Tensor x = at::embedding(table, on_device.clamp_max(vocab - 1));
-        const at::Tensor extra = embedding_table(embeddings, config.context_dim).to(table.device(), table.scalar_type());
-        x.index_put_({added}, extra.index_select(0, on_device.masked_select(added) - vocab));
-        return x;
-    }
-
-    // The text encoder with `skip` last layers skipped (clip skip); ids past
-    // the vocabulary go through forward_embeds.
-    TextEncodeFn text_encoder_fn(torch::jit::Module& te, int64_t skip) {
-        return [this, &te, skip](const at::Tensor& ids) {
-            if (te.hasattr("clip_skip")) te.setattr("clip_skip", skip);
-            if (embeddings.empty() || !(ids >= token_table(te).size(0)).any().item<bool>())
-                return to_host(te.forward({ids.to(device)}).toTensor());
-            return to_host(te.run_method("forward_embeds", token_embeddings(te, ids)).toTensor());
-        };
-    }
-
     // Long prompts and weighting: conditioning.h. Clip skip for the prompts only (as diffusers).
     Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                              const GenerateSettings& s) {
         auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
-        if ((s.clip_skip != 1 || !embeddings.empty()) && !te.hasattr("clip_skip"))
-            throw Error(config.text_encoder_path + " was exported before clip skip and textual inversion existed: "
-                        "re-export the model with this version (scripts/export_model.py)");
+        check_text_encoder_features(te, config.text_encoder_path, s.clip_skip != 1, !embeddings.empty());
+        const at::Tensor extra = embedding_table(embeddings, config.context_dim).to(device);
+        auto encoder = [&](int64_t skip) -> TextEncodeFn {
+            return [&, skip](const at::Tensor& ids) { return to_host(encode_ids(te, ids.to(device), skip, extra)); };
+        };
         const auto added = added_words(embeddings, token_table(te).size(0));
-        return encode_conditioning(text_encoder_fn(te, s.clip_skip - 1), text_encoder_fn(te, 0), *tokenizer, config,
-                                   prompts, negatives, {s.long_prompts, s.prompt_weights}, added);
+        return encode_conditioning(encoder(s.clip_skip - 1), encoder(0), *tokenizer, config, prompts, negatives,
+                                   {s.long_prompts, s.prompt_weights}, added);
     }
 
     // Decodes one image at a time (the VAE's activations grow with pixels).
