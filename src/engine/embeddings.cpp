@@ -1,35 +1,21 @@
 #include "engine/embeddings.h"
 
-#include <fstream>
-
+#include "engine/tensor_file.h"
 #include "io/embedding_file.h"
-#include "io/weight_file.h"
 #include "sd/error.h"
 
 namespace sd {
 namespace {
 
-at::ScalarType dtype_of(const std::string& name) {
-    if (name == "F16") return at::kHalf;
-    if (name == "BF16") return at::kBFloat16;
-    return at::kFloat;
-}
-
-// The chosen tensor of a .safetensors embedding, as stored (dtype and shape).
-std::pair<std::string, at::Tensor> read_safetensors_vectors(const std::string& path) {
-    const auto index = read_weight_index(path);
+// The tensor of an embedding file that holds its vectors, and its name (embedding_file.h).
+std::pair<std::string, at::Tensor> read_vectors(const std::string& path) {
+    const auto tensors = read_tensor_file(path);
     std::vector<std::string> names;
-    for (const auto& e : index) names.push_back(e.name);
+    for (const auto& t : tensors) names.push_back(t.first);
     const std::string name = embedding_tensor_name(names, path);
-    const WeightEntry& e = *std::find_if(index.begin(), index.end(), [&](const WeightEntry& w) { return w.name == name; });
-    std::string bytes(e.end - e.begin, '\0');
-    std::ifstream in(path, std::ios::binary);
-    in.seekg(static_cast<std::streamoff>(e.begin));
-    if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
-        throw Error("embedding " + path + ": cannot read its data");
-    auto t = at::from_blob(bytes.data(), e.shape, dtype_of(e.dtype)).to(at::kFloat);  // .to copies out of `bytes`
-    if (dtype_of(e.dtype) == at::kFloat) t = t.clone();
-    return {name, t};
+    for (const auto& t : tensors)
+        if (t.first == name) return {name, t.second.to(at::kFloat)};
+    throw Error("embedding " + path + ": no tensor " + name);  // not reached: the name is one of them
 }
 
 // Vectors [n, D] from a stored tensor [D] (diffusers) or [n, D], checked.
@@ -55,9 +41,7 @@ std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, in
     for (const auto& path : files) {
         if (!is_embedding_file_name(path))
             throw Error("embedding " + path + ": not an embedding file (.safetensors, .pt or .bin)");
-        if (path.size() < 12 || path.compare(path.size() - 12, 12, ".safetensors") != 0)
-            throw Error("embedding " + path + ": .pt and .bin embeddings are not readable yet; use a .safetensors one");
-        auto [name, tensor] = read_safetensors_vectors(path);
+        auto [name, tensor] = read_vectors(path);
         Embedding e;
         e.path = path;
         e.trigger = embedding_trigger(path, name);

@@ -188,6 +188,7 @@ TEST(TextAddonsCli, OldExportRefusedWithOneLine) {
         "        self.text_model = tm\n"
         "    def forward(self, ids: torch.Tensor) -> torch.Tensor:\n"
         "        return self.text_model(ids, 0)\n"
+        "Old.__module__, Old.__name__, Old.__qualname__ = 'sd_modules', 'TextEncoder', 'TextEncoder'  # the export's class name\n"
         "from sd_export.modules import TextEncoder\n"
         "new = TextEncoder(49408, 77, 32, 2, 2, 128)\n"
         "new.load_state_dict({n: p for n, p in te.named_parameters()})\n"
@@ -332,11 +333,16 @@ TEST(EmbeddingsCli, BadInputRefusedInOneLine) {
     write_embedding(dir + "/a/twin.safetensors", 1, 32);
     fs::create_directories(dir + "/b");
     write_embedding(dir + "/b/twin.safetensors", 1, 32);
+    const std::string pt = sdtest::read_text(emb_dir() + "/embthree.pt");
+    sdtest::write_text(dir + "/cut.pt", pt.substr(0, pt.size() * 2 / 3));
+    sdtest::write_text(dir + "/garbage.pt", "PK\x03\x04 not really a zip archive");
     const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
         {{"--embedding", dir + "/narrow.safetensors"}, "has vectors of width 16, but this model's text encoder has width 32"},
         {{"--embedding", dir + "/cut.safetensors"}, dir + "/cut.safetensors"},
         {{"--embedding", dir + "/garbage.safetensors"}, dir + "/garbage.safetensors"},
         {{"--embedding", dir + "/odd.safetensors"}, dir + "/odd.safetensors"},
+        {{"--embedding", dir + "/cut.pt"}, dir + "/cut.pt"},
+        {{"--embedding", dir + "/garbage.pt"}, dir + "/garbage.pt"},
         {{"--embedding", dir + "/missing.safetensors"}, "--embedding " + dir + "/missing.safetensors: no such file"},
         {{"--embedding", dir + "/notes.txt"}, dir + "/notes.txt"},
         {{"--embeddings-dir", dir + "/nowhere"}, "--embeddings-dir " + dir + "/nowhere: no such folder"},
@@ -348,4 +354,17 @@ TEST(EmbeddingsCli, BadInputRefusedInOneLine) {
         args.insert(args.end(), flags.begin(), flags.end());
         expect_refused(sdtest::run(args), what);
     }
+}
+
+// diffusers' learned_embeds.bin (torch.save of {token: vector}) reads as its .safetensors twin.
+TEST(EmbeddingsCli, DiffusersBinFormat) {
+    const std::string bin = sdtest::temp_dir() + "/learned_embeds.bin";
+    const std::string code = "import sys, numpy, torch\n"
+                             "v = torch.from_numpy(numpy.load(sys.argv[1]))[0]\n"
+                             "torch.save({'<tiny-cat>': v}, sys.argv[2])\n";
+    const auto made = sdtest::run({sdtest::env("SD_PYTHON"), "-c", code, emb_dir() + "/vectors_tiny-cat.npy", bin});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    const auto run = sdtest::run_diffusers_case(emb_case("e_diffusers_ddim10_64x64"), tiny(),
+                                                {"--threads", "1", "--embedding", bin});
+    EXPECT_TRUE(run.matches()) << run.describe();
 }
