@@ -9,7 +9,12 @@ namespace {
 
 // The tensor of an embedding file that holds its vectors, and its name (embedding_file.h).
 std::pair<std::string, at::Tensor> read_vectors(const std::string& path) {
-    const auto tensors = read_tensor_file(path);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    try {
+        tensors = read_tensor_file(path);
+    } catch (const Error& e) {
+        throw Error(std::string("textual-inversion embedding: ") + e.what());  // the message names the file
+    }
     std::vector<std::string> names;
     for (const auto& t : tensors) names.push_back(t.first);
     const std::string name = embedding_tensor_name(names, path);
