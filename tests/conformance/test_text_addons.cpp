@@ -15,6 +15,7 @@
 #include "engine/conditioning.h"
 #include "engine/embeddings.h"
 #include "engine/stage_loader.h"
+#include "io/png_text.h"
 #include "prompt_util.h"
 #include "sd/model_config.h"
 #include "test_util.h"
@@ -367,4 +368,24 @@ TEST(EmbeddingsCli, DiffusersBinFormat) {
     const auto run = sdtest::run_diffusers_case(emb_case("e_diffusers_ddim10_64x64"), tiny(),
                                                 {"--threads", "1", "--embedding", bin});
     EXPECT_TRUE(run.matches()) << run.describe();
+}
+
+// Through the CLI: a weighted embedding in a long prompt, and one in the negative prompt.
+// The weight changes the image, and "TI hashes" names both embeddings.
+TEST(EmbeddingsCli, WeightedInLongPromptAndNegative) {
+    const std::string prompt = sdtest::words(74) + " (embthree:1.3) red";
+    auto image_for = [&](const std::string& p) {
+        auto args = quick_args(tiny(), p);
+        args.insert(args.end(), {"--negative-prompt", "blurry, embone", "--embedding", emb_dir() + "/embthree.safetensors",
+                                 "--embedding", emb_dir() + "/embone.pt"});
+        const auto r = sdtest::run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return sdtest::lines(r.out).at(0);
+    };
+    const std::string weighted = image_for(prompt), plain = image_for(sdtest::words(74) + " embthree red");
+    EXPECT_NE(sdtest::read_text(weighted), sdtest::read_text(plain));
+    const std::string bytes = sdtest::read_text(weighted);
+    const std::string text = sd::png_read_text(std::vector<uint8_t>(bytes.begin(), bytes.end()))["parameters"];
+    EXPECT_NE(text.find("TI hashes: \"embthree: "), std::string::npos) << text;
+    EXPECT_NE(text.find(", embone: "), std::string::npos) << text;
 }
