@@ -1,5 +1,7 @@
 #include "engine/embeddings.h"
 
+#include <filesystem>
+
 #include "engine/tensor_file.h"
 #include "io/embedding_file.h"
 #include "sd/error.h"
@@ -7,8 +9,17 @@
 namespace sd {
 namespace {
 
+// Embeddings are kilobytes (an SDXL pair under a megabyte); a file this large is a
+// model or a LoRA given by mistake, and reading all its tensors would take its size in memory.
+constexpr uintmax_t kMaxEmbeddingBytes = 64u << 20;
+
 // The tensor of an embedding file that holds its vectors, and its name (embedding_file.h).
 std::pair<std::string, at::Tensor> read_vectors(const std::string& path) {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxEmbeddingBytes)
+        throw Error("embedding " + path + " is " + std::to_string(size >> 20) +
+                    " MiB: far larger than a textual-inversion embedding (a model or a LoRA?)");
     std::vector<std::pair<std::string, at::Tensor>> tensors;
     try {
         tensors = read_tensor_file(path);

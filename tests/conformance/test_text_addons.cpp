@@ -337,6 +337,8 @@ TEST(EmbeddingsCli, BadInputRefusedInOneLine) {
     const std::string pt = sdtest::read_text(emb_dir() + "/embthree.pt");
     sdtest::write_text(dir + "/cut.pt", pt.substr(0, pt.size() * 2 / 3));
     sdtest::write_text(dir + "/garbage.pt", "PK\x03\x04 not really a zip archive");
+    sdtest::write_text(dir + "/huge.safetensors", "");
+    fs::resize_file(dir + "/huge.safetensors", 100u << 20);  // sparse: a model given by mistake
     const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
         {{"--embedding", dir + "/narrow.safetensors"}, "has vectors of width 16, but this model's text encoder has width 32"},
         {{"--embedding", dir + "/cut.safetensors"}, dir + "/cut.safetensors"},
@@ -344,6 +346,7 @@ TEST(EmbeddingsCli, BadInputRefusedInOneLine) {
         {{"--embedding", dir + "/odd.safetensors"}, dir + "/odd.safetensors"},
         {{"--embedding", dir + "/cut.pt"}, dir + "/cut.pt"},
         {{"--embedding", dir + "/garbage.pt"}, dir + "/garbage.pt"},
+        {{"--embedding", dir + "/huge.safetensors"}, "is 100 MiB: far larger than a textual-inversion embedding"},
         {{"--embedding", dir + "/missing.safetensors"}, "--embedding " + dir + "/missing.safetensors: no such file"},
         {{"--embedding", dir + "/notes.txt"}, dir + "/notes.txt"},
         {{"--embeddings-dir", dir + "/nowhere"}, "--embeddings-dir " + dir + "/nowhere: no such folder"},
