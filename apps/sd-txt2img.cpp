@@ -363,6 +363,13 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
         std::cerr << "sd-txt2img: note: " << path << " was made with model " << rec.model << ", remaking it with "
                   << job.model_name << std::endl;
+    for (const auto& name : rec.embeddings) {  // "TI hashes": an embedding not loaded changes the image
+        bool loaded = false;
+        for (const auto& e : job.embeddings) loaded = loaded || e.trigger == name;
+        if (!loaded && !f.quiet)
+            std::cerr << "sd-txt2img: note: " << path << " was made with the embedding \"" << name
+                      << "\", which is not loaded (--embedding or --embeddings-dir): the remake will differ" << std::endl;
+    }
     try {
         sd::check_job(job);
     } catch (const sd::Error& e) {

@@ -392,3 +392,27 @@ TEST(EmbeddingsCli, WeightedInLongPromptAndNegative) {
     EXPECT_NE(text.find("TI hashes: \"embthree: "), std::string::npos) << text;
     EXPECT_NE(text.find(", embone: "), std::string::npos) << text;
 }
+
+// --from-png with the embedding loaded remakes the same PNG; without it, a note says
+// which embedding the image used (and the remake differs).
+TEST(EmbeddingsCli, FromPngNamesAMissingEmbedding) {
+    auto args = quick_args(tiny(), "a photo of embone on a beach");
+    args.insert(args.end(), {"--embedding", emb_dir() + "/embone.safetensors"});
+    const auto first = sdtest::run(args);
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    const std::string png = sdtest::lines(first.out).at(0);
+    auto remake = [&](std::vector<std::string> extra) {
+        std::vector<std::string> a = {sdtest::cli(), "--model", tiny(), "--from-png", png, "--outdir", sdtest::temp_dir(),
+                                      "--threads", "1"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        return sdtest::run(a);
+    };
+    const auto with = remake({"--embedding", emb_dir() + "/embone.safetensors", "--quiet"});
+    ASSERT_EQ(with.exit_code, 0) << with.err;
+    EXPECT_EQ(sdtest::read_text(sdtest::lines(with.out).at(0)), sdtest::read_text(png));
+    const auto without = remake({});
+    ASSERT_EQ(without.exit_code, 0) << without.err;
+    EXPECT_NE(without.err.find("was made with the embedding \"embone\", which is not loaded"), std::string::npos)
+        << without.err;
+    EXPECT_NE(sdtest::read_text(sdtest::lines(without.out).at(0)), sdtest::read_text(png));
+}

@@ -141,6 +141,7 @@ TEST(ClipSkip, ParametersTextWrittenAndRead) {
         << text;
     const auto rec = sd::parse_parameters_text(text, "x.png");
     EXPECT_EQ(rec.clip_skip, 2);
+    EXPECT_EQ(rec.embeddings, (std::vector<std::string>{"embone", "EasyNegative"}));
     EXPECT_EQ(rec.prompt, item.prompt);
     item.settings.clip_skip = 1;
     item.prompt = "a photo";
