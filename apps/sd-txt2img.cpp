@@ -145,6 +145,9 @@ struct Flags {
     int batch_size = 0, threads = 0;
     std::vector<std::string> embeddings;  // textual inversion (issue 19)
     std::string embeddings_dir;
+    // Decoders and VAE weights at run time (README "Fast images on a CPU").
+    std::string vae_decoder, preview_decoder, vae;
+    int preview = 0;
     sd::Txt2ImgJob job;  // the flags that map onto it directly
 };
 
@@ -210,6 +213,17 @@ void add_flags(CLI::App& app, Flags& f) {
                    "a textual-inversion embedding (.safetensors, .pt, .bin); its trigger word is the file name without "
                    "extension (diffusers' learned_embeds: its token); repeatable");
     app.add_option("--embeddings-dir", f.embeddings_dir, "load every embedding file in this folder (A1111's embeddings folder)");
+    // Decoders and VAE weights at run time (README "Fast images on a CPU").
+    app.add_option("--vae-decoder", f.vae_decoder,
+                   "taesd:FILE: decode with TAESD (taesd_decoder.pth / .safetensors, or a diffusers AutoencoderTiny "
+                   "folder) instead of the model's VAE: much faster, slightly less detail");
+    app.add_option("--preview", f.preview,
+                   "every N sampler steps, write a TAESD preview of each image to OUTDIR/previews (its path on stderr)");
+    app.add_option("--preview-decoder", f.preview_decoder,
+                   "taesd:FILE for --preview (default: the --vae-decoder TAESD)");
+    app.add_option("--vae", f.vae,
+                   "a standalone VAE (.safetensors / .ckpt, e.g. vae-ft-mse-840000-ema-pruned) replacing the model's "
+                   "VAE decoder weights");
     app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
     app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
@@ -304,6 +318,10 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     if (app.count("--batch-size")) o.batch_size = f.batch_size;
     o.embeddings = f.embeddings;
     o.embeddings_dir = f.embeddings_dir;
+    o.vae_decoder = f.vae_decoder;
+    o.preview_decoder = f.preview_decoder;
+    o.preview_every = f.preview;
+    o.vae = f.vae;
     return o;
 }
 
@@ -414,6 +432,12 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
         std::cerr << "sd-txt2img: " << text << std::endl;
     };
     events.stop_requested = [] { return g_stop != 0; };
+    // Previews were asked for, so their paths are shown even with --quiet; stdout stays the images'.
+    if (f.preview > 0)
+        events.preview_written = [&](const std::string& path) {
+            progress.clear();
+            std::cerr << "sd-txt2img: preview: " << path << std::endl;
+        };
     g_bar_on_stderr = progress.mode() == sd::ProgressDisplay::Mode::bar;
     install_stop_handlers();
 

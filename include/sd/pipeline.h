@@ -30,6 +30,11 @@ struct PipelineOptions {
     // Measure each stage's peak (resets the kernel's peak counter, so the
     // process-wide peak that /usr/bin/time reports then covers only the last stage).
     bool measure_stages = false;
+    // Decoders and VAE weights chosen at run time (README "Fast images on a CPU").
+    std::string vae_decoder;      // "": the model's VAE; "taesd:PATH": a TAESD decoder (file or AutoencoderTiny folder)
+    std::string preview_decoder;  // "taesd:PATH" for previews; "": vae_decoder's TAESD, if it is one
+    int preview_every = 0;        // a preview every N sampler steps (set_preview); 0: none
+    std::string vae;              // a standalone VAE (.safetensors/.ckpt) replacing the model's VAE decoder weights
     // Textual inversion (issue 19): embedding files, and a folder of them (A1111's embeddings folder).
     std::vector<std::string> embeddings;
     std::string embeddings_dir;
@@ -87,6 +92,10 @@ struct ComputeChoice {
 // Called after each sampler step: step (1-based) of total.
 using ProgressFn = std::function<void(int step, int total)>;
 
+// Called every PipelineOptions::preview_every steps with the batch's current
+// images: its predicted final latents (the denoised x0) through the preview TAESD.
+using PreviewFn = std::function<void(int step, int total, const std::vector<Image>& images)>;
+
 struct BatchOutput {
     std::vector<Image> images;
     std::vector<float> latents;          // final latents of the batch, [n, C, h, w]
@@ -123,6 +132,8 @@ public:
 
     // The textual-inversion embeddings loaded (PipelineOptions::embeddings).
     virtual std::vector<EmbeddingInfo> embeddings() const { return {}; }
+    // Where previews go (PipelineOptions::preview_every); nullptr: none are made.
+    virtual void set_preview(PreviewFn fn) = 0;
 };
 
 // The --verbose report (stderr lines): the plan, then predicted against
