@@ -111,6 +111,7 @@ void check_numeric_flags(const CLI::App& app, const sd::Txt2ImgJob& job, int bat
     sd::check_whole("--n_iter", job.n_iter, sd::kIterRange);
     if (app.count("--batch-size")) sd::check_whole("--batch-size", batch_size, sd::kSamplesRange);
     sd::check_threads(threads);
+    sd::check_clip_skip("--clip-skip", job.settings.clip_skip, 0);  // the model's layers: Pipeline::check
 }
 
 // "auto" -> unset (the planner decides), "on" -> true, "off" -> false.
@@ -142,6 +143,8 @@ struct Flags {
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
+    std::vector<std::string> embeddings;  // textual inversion (issue 19)
+    std::string embeddings_dir;
     // Decoders and VAE weights at run time (README "Fast images on a CPU").
     std::string vae_decoder, preview_decoder, vae;
     int preview = 0;
@@ -201,6 +204,15 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
     app.add_flag("--verbose", f.verbose, "after the run, print predicted vs measured peak memory per stage and load times");
     app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
+    // Text add-ons (issue 19): clip skip and textual-inversion embeddings.
+    app.add_option("--clip-skip", f.job.settings.clip_skip,
+                   "text encoder layers to skip, A1111's numbering: 1 = none, 2 = the last one (the prompt only; "
+                   "the negative prompt uses every layer, as diffusers)")
+        ->capture_default_str();
+    app.add_option("--embedding", f.embeddings,
+                   "a textual-inversion embedding (.safetensors, .pt, .bin); its trigger word is the file name without "
+                   "extension (diffusers' learned_embeds: its token); repeatable");
+    app.add_option("--embeddings-dir", f.embeddings_dir, "load every embedding file in this folder (A1111's embeddings folder)");
     // Decoders and VAE weights at run time (README "Fast images on a CPU").
     app.add_option("--vae-decoder", f.vae_decoder,
                    "taesd:FILE: decode with TAESD (taesd_decoder.pth / .safetensors, or a diffusers AutoencoderTiny "
@@ -304,6 +316,8 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     o.sequential = parse_switch("--sequential-load", f.sequential_load);
     o.vae_tile = parse_tiling(f.vae_tiling);
     if (app.count("--batch-size")) o.batch_size = f.batch_size;
+    o.embeddings = f.embeddings;
+    o.embeddings_dir = f.embeddings_dir;
     o.vae_decoder = f.vae_decoder;
     o.preview_decoder = f.preview_decoder;
     o.preview_every = f.preview;
@@ -329,6 +343,7 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
         if (!c.default_schedule.empty() && !app.count("--schedule")) job.settings.schedule = c.default_schedule;
     }
     job.model_name = model_name(pipeline.config(), f.model_dir);
+    job.embeddings = pipeline.embeddings();  // for the PNG text's "TI hashes"
 }
 
 // The job that remakes the image a PNG records: its settings, except those the flags give.
@@ -348,6 +363,7 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     if (rec.scale && !given("--scale")) job.settings.scale = *rec.scale;
     if (rec.width && !given("--W")) job.settings.width = *rec.width;
     if (rec.height && !given("--H")) job.settings.height = *rec.height;
+    if (!given("--clip-skip")) job.settings.clip_skip = rec.clip_skip.value_or(1);
     if (!given("--prompt-syntax")) set_prompt_syntax(job.settings, rec.prompt_syntax.value_or("a1111"));
     if (rec.seed_mode && !given("--seed-mode"))
         job.seed_mode = *rec.seed_mode == "per-image" ? sd::SeedMode::per_image : sd::SeedMode::compvis;
@@ -373,6 +389,13 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
         std::cerr << "sd-txt2img: note: " << path << " was made with model " << rec.model << ", remaking it with "
                   << job.model_name << std::endl;
+    for (const auto& name : rec.embeddings) {  // "TI hashes": an embedding not loaded changes the image
+        bool loaded = false;
+        for (const auto& e : job.embeddings) loaded = loaded || e.trigger == name;
+        if (!loaded && !f.quiet)
+            std::cerr << "sd-txt2img: note: " << path << " was made with the embedding \"" << name
+                      << "\", which is not loaded (--embedding or --embeddings-dir): the remake will differ" << std::endl;
+    }
     try {
         sd::check_job(job);
     } catch (const sd::Error& e) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sd {
 
@@ -18,6 +19,8 @@ struct RecordedImage {
     std::optional<std::string> seed_mode;      // compvis | per-image
     std::optional<std::string> prompt_syntax;  // plain when recorded; a1111 otherwise
     std::optional<int> index, batch_size, batch_position, batch_number;
+    std::optional<int> clip_skip;  // "Clip skip" (A1111's numbering)
+    std::vector<std::string> embeddings;  // trigger words of "TI hashes" ("name: hash, ...")
     std::string model, version;
 };
 

@@ -19,6 +19,7 @@ struct ModelConfig {
     int context_length = 77;
     int context_dim = 768;
     int bos_id = 49406, eos_id = 49407, pad_id = 49407;
+    int text_layers_used = 0;  // transformer layers the text encoder runs (model.json); 0: not recorded
     std::vector<float> alphas_cumprod;
     std::string source;
     std::string architecture_json;  // "architecture" of model.json (sizes of the three networks), as JSON text

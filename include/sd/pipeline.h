@@ -35,6 +35,15 @@ struct PipelineOptions {
     std::string preview_decoder;  // "taesd:PATH" for previews; "": vae_decoder's TAESD, if it is one
     int preview_every = 0;        // a preview every N sampler steps (set_preview); 0: none
     std::string vae;              // a standalone VAE (.safetensors/.ckpt) replacing the model's VAE decoder weights
+    // Textual inversion (issue 19): embedding files, and a folder of them (A1111's embeddings folder).
+    std::vector<std::string> embeddings;
+    std::string embeddings_dir;
+};
+
+// A textual-inversion embedding the pipeline loaded: the word that calls it up
+// in a prompt, and A1111's short hash of its file (PNG text "TI hashes").
+struct EmbeddingInfo {
+    std::string trigger, hash;
 };
 
 // Peak resident memory measured while each stage ran (bytes; 0 if it did not run).
@@ -69,6 +78,10 @@ struct GenerateSettings {
     std::string negative_prompt;         // replaces the unconditional "" for every image
     bool long_prompts = true;            // more than 75 tokens: more 77-token windows (else truncated)
     bool prompt_weights = true;          // A1111 (text:1.3) / [text] / BREAK syntax (else plain text)
+    // Text add-ons (issue 19): clip skip in AUTOMATIC1111's numbering: 1 = every
+    // layer, N = the last N - 1 layers skipped (diffusers' clip_skip = N - 1), for the
+    // prompt only (the negative prompt runs every layer, as diffusers does).
+    int clip_skip = 1;
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.
@@ -121,6 +134,8 @@ public:
     virtual BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                                  const ProgressFn& progress = nullptr) = 0;
 
+    // The textual-inversion embeddings loaded (PipelineOptions::embeddings).
+    virtual std::vector<EmbeddingInfo> embeddings() const { return {}; }
     // Where previews go (PipelineOptions::preview_every); nullptr: none are made.
     virtual void set_preview(PreviewFn fn) = 0;
 };

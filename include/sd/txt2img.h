@@ -53,6 +53,9 @@ struct Txt2ImgJob {
     // are seed + index), and in compvis mode the one place of the batch to write.
     int first_index = 0;
     std::optional<int> keep_position;
+    // Textual inversion (issue 19): the pipeline's embeddings, recorded as "TI hashes"
+    // in the PNG text of the images whose prompts use them.
+    std::vector<EmbeddingInfo> embeddings;
 };
 
 // One prompt of the run with its settings resolved (flags, then its JSONL line).

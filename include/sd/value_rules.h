@@ -30,6 +30,11 @@ uint64_t parse_seed(const std::string& what, const std::string& text);
 
 // CPU threads: 0 (one per core) up to max_threads(). Throws sd::Error giving the limit.
 int check_threads(int64_t threads);
+
+// Clip skip in AUTOMATIC1111's numbering against the text encoder's layers
+// (model.json text_layers_used; 0 when not recorded): 1 .. layers + 1, where
+// layers + 1 leaves the token and position embeddings alone. Throws sd::Error.
+void check_clip_skip(const std::string& what, int64_t clip_skip, int text_layers);
 int max_threads();
 
 }  // namespace sd

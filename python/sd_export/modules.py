@@ -109,10 +109,16 @@ class CLIPEncoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(
             [CLIPEncoderLayer(width, heads, hidden, quick_gelu, eps) for _ in range(layers)])
+        self.num_layers = layers
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, skip: int) -> torch.Tensor:
+        # Clip skip: the last `skip` layers do not run (skip = number of layers: the embeddings alone).
+        used = self.num_layers - skip
+        i = 0
         for layer in self.layers:
-            x = layer(x, mask)
+            if i < used:
+                x = layer(x, mask)
+            i += 1
         return x
 
 
@@ -124,25 +130,41 @@ class CLIPTextTransformer(nn.Module):
         self.encoder = CLIPEncoder(layers, width, heads, hidden, quick_gelu, eps)
         self.final_layer_norm = nn.LayerNorm(width, eps=eps)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embeddings(ids)
-        length = ids.shape[1]
+    def forward(self, ids: torch.Tensor, skip: int) -> torch.Tensor:
+        return self.from_token_embeddings(self.embeddings.token_embedding(ids), skip)
+
+    def from_token_embeddings(self, tokens: torch.Tensor, skip: int) -> torch.Tensor:
+        length = tokens.shape[1]
+        x = tokens + self.embeddings.position_embedding.weight[:length].unsqueeze(0)
         # Causal mask: position i sees positions <= i.
         mask = torch.full((length, length), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
-        x = self.encoder(x, mask)
+        x = self.encoder(x, mask, skip)
+        # The final LayerNorm runs whatever the skip (as diffusers' and A1111's clip skip).
         return self.final_layer_norm(x)
 
 
 class TextEncoder(nn.Module):
-    """CLIP text transformer; forward(ids [n, L] int64) -> last_hidden_state [n, L, width]."""
+    """CLIP text transformer; forward(ids [n, L] int64) -> last_hidden_state [n, L, width].
+
+    ``clip_skip`` (int attribute, set from C++ like ``attention_mode``): how many of the
+    last layers do not run (0 = all run); the final LayerNorm is applied either way.
+    ``forward_embeds(tokens [n, L, width])`` takes the token embeddings instead of ids
+    (textual inversion: some rows are vectors of an embedding file); positions, layers
+    and the final LayerNorm then run as in ``forward``.
+    """
 
     def __init__(self, vocab: int = 49408, ctx: int = 77, width: int = 768, layers: int = 12,
                  heads: int = 12, hidden: int = 3072, quick_gelu: bool = True, eps: float = 1e-5):
         super().__init__()
         self.text_model = CLIPTextTransformer(vocab, ctx, width, layers, heads, hidden, quick_gelu, eps)
+        self.clip_skip: int = 0
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.text_model(ids)
+        return self.text_model(ids, self.clip_skip)
+
+    @torch.jit.export
+    def forward_embeds(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.text_model.from_token_embeddings(tokens, self.clip_skip)
 
 
 # --------------------------------------------------------------------------- layers

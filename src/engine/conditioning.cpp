@@ -41,27 +41,34 @@ std::vector<at::Tensor> encode_all(const TextEncodeFn& encode, const std::vector
 Conditioning encode_conditioning(const TextEncodeFn& encode, const ClipTokenizer& tok, const ModelConfig& c,
                                  const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                                  const PromptSyntax& syntax) {
+    return encode_conditioning(encode, encode, tok, c, prompts, negatives, syntax, {});
+}
+
+Conditioning encode_conditioning(const TextEncodeFn& encode_prompt, const TextEncodeFn& encode_negative,
+                                 const ClipTokenizer& tok, const ModelConfig& c,
+                                 const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+                                 const PromptSyntax& syntax, const std::vector<AddedWord>& added) {
     if (!negatives.empty() && prompts.size() != negatives.size())
         throw Error("every prompt needs its negative prompt (may be empty)");
     const int64_t L = c.context_length;
     auto tokenize = [&](const std::vector<std::string>& texts) {
         std::vector<PromptChunks> v;
-        for (const auto& t : texts) v.push_back(tokenize_prompt(tok, t, syntax, c.context_length, c.bos_id, c.eos_id, c.pad_id));
+        for (const auto& t : texts)
+            v.push_back(tokenize_prompt(tok, t, syntax, c.context_length, c.bos_id, c.eos_id, c.pad_id, added));
         return v;
     };
-    const auto pos = tokenize(prompts), neg = tokenize(negatives);
     // Prompts and negatives in separate encoder calls, as the reference encodes cond and uncond.
-    auto cond = encode_all(encode, pos, L);
-    auto uncond = neg.empty() ? std::vector<at::Tensor>{} : encode_all(encode, neg, L);
+    auto cond = encode_all(encode_prompt, tokenize(prompts), L);
+    auto uncond = negatives.empty() ? std::vector<at::Tensor>{} : encode_all(encode_negative, tokenize(negatives), L);
 
     int64_t longest = 0;
     for (const auto* side : {&cond, &uncond})
         for (const auto& z : *side) longest = std::max(longest, z.size(0));
-    at::Tensor empty;  // the empty prompt's window, for padding
-    for (auto* side : {&cond, &uncond}) {
+    for (auto [side, encode] : {std::pair{&cond, &encode_prompt}, std::pair{&uncond, &encode_negative}}) {
+        at::Tensor empty;  // this side's encoding of the empty prompt's window, for padding
         for (auto& z : *side) {
             if (z.size(0) == longest) continue;
-            if (!empty.defined()) empty = encode_all(encode, tokenize({""}), L)[0];
+            if (!empty.defined()) empty = encode_all(*encode, tokenize({""}), L)[0];
             std::vector<at::Tensor> parts = {z};
             for (int64_t k = z.size(0); k < longest; k += L) parts.push_back(empty);
             z = at::cat(parts);

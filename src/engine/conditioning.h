@@ -36,4 +36,14 @@ Conditioning encode_conditioning(const TextEncodeFn& encode, const ClipTokenizer
                                  const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                                  const PromptSyntax& syntax);
 
+// The same with one encoder for the prompts and another for the negatives
+// (clip skip applies to the prompts only, as in diffusers), and the trigger
+// words of textual-inversion embeddings (prompt_weights.h, AddedWord): their
+// positions get ids past the vocabulary, which the encoders must map to the
+// embeddings' vectors. Each side pads with its own encoder's empty prompt.
+Conditioning encode_conditioning(const TextEncodeFn& encode_prompt, const TextEncodeFn& encode_negative,
+                                 const ClipTokenizer& tok, const ModelConfig& config,
+                                 const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+                                 const PromptSyntax& syntax, const std::vector<AddedWord>& added);
+
 }  // namespace sd

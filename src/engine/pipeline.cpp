@@ -9,6 +9,8 @@
 
 #include "engine/block_cache.h"
 #include "engine/conditioning.h"
+#include "engine/embeddings.h"
+#include "io/embedding_file.h"
 #include "sd/error.h"
 #include "engine/stage_loader.h"
 #include "engine/runtime.h"
@@ -19,6 +21,7 @@
 #include "io/weight_file.h"
 #include "sampling/schedule.h"
 #include "sd/tokenizer.h"
+#include "sd/value_rules.h"
 
 namespace sd {
 
@@ -159,6 +162,7 @@ public:
     void seed(uint64_t seed) override;
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
+    std::vector<EmbeddingInfo> embeddings() const override;
     void set_preview(PreviewFn fn) override;
 
 private:
@@ -179,6 +183,7 @@ struct TorchPipeline::Impl {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
     StagePeaks peaks;
     StageTimes times;
+    std::vector<Embedding> embeddings;  // textual inversion
     // Run-time decoders and VAE weights (PipelineOptions): a TAESD in place of
     // the VAE, the one previews use, and --vae's decoder tensors.
     std::optional<TaesdDecoder> taesd, preview_taesd;
@@ -213,15 +218,21 @@ struct TorchPipeline::Impl {
         release_free_memory();
     }
 
-    // Long prompts and weighting: conditioning.h.
+    // Long prompts and weighting: conditioning.h. Clip skip for the prompts only (as diffusers).
     Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                              const GenerateSettings& s) {
         auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
-        TextEncodeFn encode = [&](const at::Tensor& ids) {
-            peaks.text_rows += ids.size(0);
-            return to_host(te.forward({ids.to(device)}).toTensor());
+        check_text_encoder_features(te, config.text_encoder_path, s.clip_skip != 1, !embeddings.empty());
+        const at::Tensor extra = embedding_table(embeddings, config.context_dim).to(device);
+        auto encoder = [&](int64_t skip) -> TextEncodeFn {
+            return [&, skip](const at::Tensor& ids) {
+                peaks.text_rows += ids.size(0);
+                return to_host(encode_ids(te, ids.to(device), skip, extra));
+            };
         };
-        return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
+        const auto added = added_words(embeddings, token_table(te).size(0));
+        return encode_conditioning(encoder(s.clip_skip - 1), encoder(0), *tokenizer, config, prompts, negatives,
+                                   {s.long_prompts, s.prompt_weights}, added);
     }
 
     // TAESD takes the UNet's latents as they are and gives [0, 1]; 2x - 1 makes
@@ -319,6 +330,8 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : impl_(std::make_u
     impl_->memory = memory_model(impl_->config);
     if (impl_->taesd) set_taesd_stage(impl_->memory, impl_->taesd->channels(), impl_->taesd->weight_bytes());
     impl_->tokenizer = ClipTokenizer::load(impl_->config.vocab_path, impl_->config.merges_path);
+    impl_->embeddings = load_embeddings(embedding_files(options.embeddings, options.embeddings_dir),
+                                        impl_->config.context_dim, impl_->config.context_length - 2);
     configure_runtime(options.threads);
     impl_->base_rss = static_cast<double>(current_rss_bytes());
 }
@@ -334,6 +347,11 @@ const StagePeaks& TorchPipeline::measured() const {
     return impl_->peaks;
 }
 const StageTimes& TorchPipeline::timings() const { return impl_->times; }
+std::vector<EmbeddingInfo> TorchPipeline::embeddings() const {
+    std::vector<EmbeddingInfo> out;
+    for (const auto& e : impl_->embeddings) out.push_back({e.trigger, e.hash});
+    return out;
+}
 
 void TorchPipeline::check(const GenerateSettings& s) const {
     const auto& c = impl_->config;
@@ -344,6 +362,7 @@ void TorchPipeline::check(const GenerateSettings& s) const {
         throw Error("--steps must be between 1 and " + std::to_string(T) + ", the number of timesteps in this model's noise " +
                     "schedule (model.json alphas_cumprod), got " + std::to_string(s.steps));
     sampler_step_count(s.sampler, s.schedule, s.steps, T);  // rejects CompVis counts whose schedule runs past T-1
+    check_clip_skip("--clip-skip", s.clip_skip, c.text_layers_used);
     for (auto [name, v] : {std::pair<const char*, int>{"--H", s.height}, {"--W", s.width}}) {
         if (v < c.size_multiple || v % c.size_multiple != 0)
             throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +

@@ -42,7 +42,7 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
            a.settings.schedule == b.settings.schedule && a.settings.prompt_weights == b.settings.prompt_weights &&
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
-           a.seed == b.seed;
+           a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip;
 }
 
 PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int number) {
@@ -179,7 +179,25 @@ std::string quoted(const std::string& v) {
 
 }  // namespace
 
-std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model) {
+namespace {
+
+// A1111's "TI hashes" value: "trigger: hash, ..." of the embeddings the prompt or negative prompt uses.
+std::string ti_hashes(const PromptItem& item, const std::vector<EmbeddingInfo>& embeddings) {
+    std::vector<AddedWord> words;
+    for (const auto& e : embeddings) words.push_back({e.trigger, 0, 1});
+    std::vector<bool> used(words.size(), false);
+    for (const auto* text : {&item.prompt, &item.negative_prompt})
+        for (int k : trigger_words_used(*text, words)) used[k] = true;
+    std::string out;
+    for (size_t k = 0; k < words.size(); ++k)
+        if (used[k]) out += (out.empty() ? "" : ", ") + embeddings[k].trigger + ": " + embeddings[k].hash;
+    return out;
+}
+
+}  // namespace
+
+std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
+                            const std::vector<EmbeddingInfo>& embeddings) {
     // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
     const SamplerInfo& sampler = sampler_info(item.settings.sampler);
     std::string text = item.prompt + "\n";
@@ -193,6 +211,9 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
             ", Model: " + quoted(model);
     // AUTOMATIC1111's syntax is the default; the other reading changes the image, so it is recorded.
     if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";
+    // A1111 records clip skip when it is not 1, and the embeddings the prompts used.
+    if (item.settings.clip_skip != 1) text += ", Clip skip: " + std::to_string(item.settings.clip_skip);
+    if (const std::string ti = ti_hashes(item, embeddings); !ti.empty()) text += ", TI hashes: " + quoted(ti);
     text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
     // compvis: the run's seed alone does not say which noise this image got; its batch does.
     if (mode == SeedMode::compvis)

@@ -67,6 +67,20 @@ int64_t whole(const std::string& key, const std::string& value, WholeRange r, co
     return check_whole(where + ": \"" + key + "\"", v, r);
 }
 
+// The names of a "TI hashes" value, "name: hash, name: hash".
+std::vector<std::string> ti_hash_names(const std::string& value) {
+    std::vector<std::string> names;
+    for (size_t start = 0; start < value.size();) {
+        size_t end = value.find(", ", start);
+        if (end == std::string::npos) end = value.size();
+        const std::string entry = value.substr(start, end - start);
+        const size_t colon = entry.rfind(':');
+        if (colon != std::string::npos && colon > 0) names.push_back(entry.substr(0, colon));
+        start = end + 2;
+    }
+    return names;
+}
+
 }  // namespace
 
 RecordedImage parse_parameters_text(const std::string& text, const std::string& where) {
@@ -115,6 +129,8 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Batch size") r.batch_size = static_cast<int>(whole(key, value, kSamplesRange, where));
         else if (key == "Batch position") r.batch_position = static_cast<int>(whole(key, value, {0, kSamplesRange.hi}, where));
         else if (key == "Batch number") r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
+        else if (key == "Clip skip") r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
+        else if (key == "TI hashes") r.embeddings = ti_hash_names(value);
         else if (key == "Model") r.model = value;
         else if (key == "Version") r.version = value;
         // Other tools' keys (Model hash, ...) decide nothing here.

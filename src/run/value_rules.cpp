@@ -55,4 +55,13 @@ int check_threads(int64_t threads) {
     return static_cast<int>(threads);
 }
 
+void check_clip_skip(const std::string& what, int64_t clip_skip, int text_layers) {
+    if (clip_skip < 1)
+        throw Error(what + " must be at least 1 (1: every text encoder layer, 2: skip the last one), got " +
+                    std::to_string(clip_skip));
+    if (text_layers > 0 && clip_skip > text_layers + 1)
+        throw Error(what + " " + std::to_string(clip_skip) + " skips more layers than this model's text encoder runs (" +
+                    std::to_string(text_layers) + "; the largest clip skip is " + std::to_string(text_layers + 1) + ")");
+}
+
 }  // namespace sd

@@ -154,7 +154,7 @@ bool PromptChunks::weighted() const {
 }
 
 PromptChunks tokenize_prompt(const ClipTokenizer& tok, const std::string& prompt, const PromptSyntax& syntax,
-                             int context_length, int bos, int eos, int pad) {
+                             int context_length, int bos, int eos, int pad, const std::vector<AddedWord>& added) {
     const size_t per_chunk = static_cast<size_t>(context_length) - 2;
     std::vector<WeightedText> parts;
     if (syntax.weighting) parts = parse_prompt_weights(prompt);
@@ -181,10 +181,24 @@ PromptChunks tokenize_prompt(const ClipTokenizer& tok, const std::string& prompt
             close_chunk();
             continue;
         }
-        for (int t : tok.encode(part.text)) {
-            if (ids.size() == per_chunk) close_chunk();
-            ids.push_back(t);
-            weights.push_back(static_cast<float>(part.weight));
+        const float weight = static_cast<float>(part.weight);
+        for (const auto& piece : split_trigger_words(part.text, added)) {
+            if (piece.word < 0) {
+                for (int t : tok.encode(piece.text)) {
+                    if (ids.size() == per_chunk) close_chunk();
+                    ids.push_back(t);
+                    weights.push_back(weight);
+                }
+                continue;
+            }
+            const AddedWord& w = added[piece.word];
+            const bool whole = syntax.long_prompts && static_cast<size_t>(w.count) <= per_chunk;
+            if (!ids.empty() && (ids.size() == per_chunk || (whole && ids.size() + w.count > per_chunk))) close_chunk();
+            for (int k = 0; k < w.count; ++k) {
+                if (ids.size() == per_chunk) close_chunk();
+                ids.push_back(w.first_id + k);
+                weights.push_back(weight);
+            }
         }
     }
     if (!ids.empty() || out.ids.empty()) close_chunk();

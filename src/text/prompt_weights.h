@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "text/trigger_words.h"
+
 namespace sd {
 
 class ClipTokenizer;
@@ -50,7 +52,11 @@ struct PromptChunks {
 // Tokenizes a prompt into chunks. With neither option, and for any prompt of
 // at most 75 tokens without weighting syntax, this is exactly one window equal
 // to ClipTokenizer::encode_padded (the reference's ids).
+// Trigger words of `added` (textual inversion) become their count positions
+// with their weight; with long prompts an embedding is never cut between two
+// windows (it starts the next one, as A1111 does), without them the window is
+// cut at 77 tokens afterwards, as diffusers does.
 PromptChunks tokenize_prompt(const ClipTokenizer& tok, const std::string& prompt, const PromptSyntax& syntax,
-                             int context_length, int bos, int eos, int pad);
+                             int context_length, int bos, int eos, int pad, const std::vector<AddedWord>& added = {});
 
 }  // namespace sd

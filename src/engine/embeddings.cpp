@@ -1,0 +1,113 @@
+#include "engine/embeddings.h"
+
+#include <filesystem>
+
+#include "engine/tensor_file.h"
+#include "io/embedding_file.h"
+#include "sd/error.h"
+
+namespace sd {
+namespace {
+
+// Embeddings are kilobytes (an SDXL pair under a megabyte); a file this large is a
+// model or a LoRA given by mistake, and reading all its tensors would take its size in memory.
+constexpr uintmax_t kMaxEmbeddingBytes = 64u << 20;
+
+// The tensor of an embedding file that holds its vectors, and its name (embedding_file.h).
+std::pair<std::string, at::Tensor> read_vectors(const std::string& path) {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxEmbeddingBytes)
+        throw Error("embedding " + path + " is " + std::to_string(size >> 20) +
+                    " MiB: far larger than a textual-inversion embedding (a model or a LoRA?)");
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    try {
+        tensors = read_tensor_file(path);
+    } catch (const Error& e) {
+        throw Error(std::string("textual-inversion embedding: ") + e.what());  // the message names the file
+    }
+    std::vector<std::string> names;
+    for (const auto& t : tensors) names.push_back(t.first);
+    const std::string name = embedding_tensor_name(names, path);
+    for (const auto& t : tensors)
+        if (t.first == name) return {name, t.second.to(at::kFloat)};
+    throw Error("embedding " + path + ": no tensor " + name);  // not reached: the name is one of them
+}
+
+// Vectors [n, D] from a stored tensor [D] (diffusers) or [n, D], checked.
+at::Tensor as_vectors(const at::Tensor& t, const std::string& path, int width, int max_vectors) {
+    const at::Tensor v = t.dim() == 1 ? t.unsqueeze(0) : t;
+    if (v.dim() != 2) throw Error("embedding " + path + ": its tensor has " + std::to_string(t.dim()) +
+                                  " dimensions; an embedding is [vectors, width] or [width]");
+    if (v.size(1) != width)
+        throw Error("embedding " + path + " has vectors of width " + std::to_string(v.size(1)) +
+                    ", but this model's text encoder has width " + std::to_string(width) +
+                    " (an embedding made for another model family)");
+    if (v.size(0) < 1 || v.size(0) > max_vectors)
+        throw Error("embedding " + path + " has " + std::to_string(v.size(0)) + " vectors; between 1 and " +
+                    std::to_string(max_vectors) + " fit in a prompt window");
+    if (!at::isfinite(v).all().item<bool>()) throw Error("embedding " + path + " holds NaN or infinite values");
+    return v.contiguous();
+}
+
+}  // namespace
+
+std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, int width, int max_vectors) {
+    std::vector<Embedding> out;
+    for (const auto& path : files) {
+        if (!is_embedding_file_name(path))
+            throw Error("embedding " + path + ": not an embedding file (.safetensors, .pt or .bin)");
+        auto [name, tensor] = read_vectors(path);
+        Embedding e;
+        e.path = path;
+        e.trigger = embedding_trigger(path, name);
+        e.vectors = as_vectors(tensor, path, width, max_vectors);
+        e.hash = embedding_short_hash(path);
+        for (const auto& other : out)
+            if (other.trigger == e.trigger)
+                throw Error("embeddings " + other.path + " and " + path + " both have the trigger word \"" + e.trigger + "\"");
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
+std::vector<AddedWord> added_words(const std::vector<Embedding>& embeddings, int64_t first_id) {
+    std::vector<AddedWord> out;
+    for (const auto& e : embeddings) {
+        out.push_back({e.trigger, first_id, static_cast<int>(e.vectors.size(0))});
+        first_id += e.vectors.size(0);
+    }
+    return out;
+}
+
+at::Tensor embedding_table(const std::vector<Embedding>& embeddings, int width) {
+    std::vector<at::Tensor> parts;
+    for (const auto& e : embeddings) parts.push_back(e.vectors);
+    return parts.empty() ? at::zeros({0, width}) : at::cat(parts);
+}
+
+at::Tensor token_table(const torch::jit::Module& text_encoder) {
+    for (const auto& p : text_encoder.named_parameters())
+        if (p.name == "text_model.embeddings.token_embedding.weight") return p.value;
+    throw Error("the text encoder has no token embedding table (text_model.embeddings.token_embedding.weight)");
+}
+
+void check_text_encoder_features(const torch::jit::Module& text_encoder, const std::string& path, bool clip_skip,
+                                 bool embeddings) {
+    if ((clip_skip || embeddings) && !text_encoder.hasattr("clip_skip"))
+        throw Error(path + " was exported before " + (clip_skip ? "--clip-skip" : "textual-inversion embeddings") +
+                    " existed: re-export the model with this version (scripts/export_model.py)");
+}
+
+at::Tensor encode_ids(torch::jit::Module& text_encoder, const at::Tensor& ids, int64_t skip, const at::Tensor& extra) {
+    if (text_encoder.hasattr("clip_skip")) text_encoder.setattr("clip_skip", skip);
+    const at::Tensor table = token_table(text_encoder);
+    const int64_t vocab = table.size(0);
+    const at::Tensor added = ids >= vocab;
+    if (extra.size(0) == 0 || !added.any().item<bool>()) return text_encoder.forward({ids}).toTensor();
+    at::Tensor x = at::embedding(table, ids.clamp_max(vocab - 1));
+    x.index_put_({added}, extra.to(table.scalar_type()).index_select(0, ids.masked_select(added) - vocab));
+    return text_encoder.run_method("forward_embeds", x).toTensor();
+}
+
+}  // namespace sd

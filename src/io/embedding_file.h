@@ -1,0 +1,38 @@
+// Textual-inversion embedding files (no LibTorch): which files a run loads,
+// which tensor of a file holds the vectors, and the trigger word that calls
+// them up in a prompt. The tensors themselves are read on the engine side
+// (src/engine/embeddings.cpp).
+//
+// Formats: AUTOMATIC1111 .safetensors (one tensor "emb_params" [n, D]) and .pt
+// (string_to_param["*"]); diffusers learned_embeds.safetensors / .bin (one
+// tensor [D] or [n, D] named by its token).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace sd {
+
+// The --embedding files in order, then every embedding file (.safetensors,
+// .pt, .bin) of `dir` and its subfolders (as A1111 reads its embeddings
+// folder), sorted by path. Throws sd::Error naming a file or folder that does
+// not exist, a folder given as a file and the other way round.
+std::vector<std::string> embedding_files(const std::vector<std::string>& files, const std::string& dir);
+
+// Whether the name ends in an extension embeddings come in.
+bool is_embedding_file_name(const std::string& path);
+
+// Of a file's tensor names, the one holding the vectors: "emb_params", else
+// "string_to_param.*", else the file's only tensor. Throws sd::Error naming
+// the file when there is none or several to choose from.
+std::string embedding_tensor_name(const std::vector<std::string>& names, const std::string& path);
+
+// The word that calls the embedding up: the diffusers format's key (its
+// token), else (A1111's formats: "emb_params", "string_to_param.*") the file's
+// name without its extension.
+std::string embedding_trigger(const std::string& path, const std::string& tensor_name);
+
+// A1111's short hash of an embedding file, written in PNG text
+// ("TI hashes"): the first 10 hex digits of its SHA-256.
+std::string embedding_short_hash(const std::string& path);
+
+}  // namespace sd
