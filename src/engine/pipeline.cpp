@@ -1,12 +1,16 @@
 #include "sd/pipeline.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 
 #include <torch/cuda.h>
 #include <torch/script.h>
 
 #include "engine/block_cache.h"
+#include "engine/lora_merge.h"
+#include "io/fs_util.h"
+#include "io/weight_file.h"
 #include "engine/conditioning.h"
 #include "sd/error.h"
 #include "engine/stage_loader.h"
@@ -156,6 +160,47 @@ struct TorchPipeline::Impl {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
     StagePeaks peaks;
     StageTimes times;
+    // LoRA: the set merged into the loaded text encoder and UNet, and every file read so far.
+    std::vector<LoraUse> merged_loras;
+    mutable std::map<std::string, LoraFile> lora_files;
+    mutable std::optional<LoraTargets> lora_targets;
+
+    // A LoRA file's modules, mapped onto this model's weight files and checked against them.
+    const LoraFile& lora_file(const LoraUse& use) const {
+        if (auto it = lora_files.find(use.path); it != lora_files.end()) return it->second;
+        if (!lora_targets) {
+            LoraTargets t;
+            for (auto [path, index] : {std::pair{&config.unet_path, &t.unet}, std::pair{&config.text_encoder_path, &t.text_encoder}}) {
+                if (!file_exists(weight_file_for(*path)))
+                    throw Error("LoRA needs a model exported with .weights files; re-export " + options.model_dir);
+                *index = read_weight_index(weight_file_for(*path));
+            }
+            lora_targets = std::move(t);
+        }
+        try {
+            return lora_files.emplace(use.path, read_lora(use.path, *lora_targets)).first->second;
+        } catch (const Error& e) {
+            if (use.where == "--lora" || use.where.empty()) throw;
+            throw Error(use.where + ": " + e.what() + " (named by the prompt's <lora:" + use.name + "> tag)");
+        }
+    }
+
+    // Merges the batch's LoRAs into the text encoder and UNet as they load; a
+    // batch with another set reloads both.
+    void use_loras(const std::vector<LoraUse>& loras) {
+        if (loras == merged_loras) return;
+        release(text_encoder);
+        release(unet);
+        merged_loras = loras;
+    }
+
+    StageEdit lora_edit(const std::string& path) const {
+        const std::string which = path == config.unet_path ? "unet" : path == config.text_encoder_path ? "text_encoder" : "";
+        if (which.empty() || merged_loras.empty()) return nullptr;
+        std::vector<LoraMerge> merges;
+        for (const auto& use : merged_loras) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
+        return [which, merges](torch::jit::Module& m) { merge_loras(m, which, merges); };
+    }
 
     // The text encoder always holds fp32 weights: it runs alone, before the UNet.
     at::ScalarType weight_type(const std::string& path) const {
@@ -173,7 +218,7 @@ struct TorchPipeline::Impl {
     torch::jit::Module& stage(std::optional<torch::jit::Module>& slot, const std::string& path, double* seconds) {
         if (!slot) {
             const double start = seconds_since_process_start();
-            slot = load_stage(path, weight_type(path), device);
+            slot = load_stage(path, weight_type(path), device, lora_edit(path));
             *seconds += seconds_since_process_start() - start;
         }
         return *slot;
@@ -270,6 +315,7 @@ void TorchPipeline::check(const GenerateSettings& s) const {
             throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +
                         std::to_string(c.size_multiple) + ", which this model needs");
     }
+    for (const auto& lora : s.loras) impl_->lora_file(lora);  // read and matched before any stage loads
 }
 
 MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
@@ -290,6 +336,7 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     if (prompts.empty()) throw Error("no prompts to generate");
     auto& im = *impl_;
     const auto& c = im.config;
+    im.use_loras(s.loras);
     const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
     set_block_cache_limit(static_cast<size_t>(plan.block_cache));
     c10::InferenceMode guard;

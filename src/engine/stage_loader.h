@@ -1,5 +1,6 @@
 // Loading the exported TorchScript stages and choosing their attention strategy.
 #pragma once
+#include <functional>
 #include <string>
 
 #include <torch/script.h>
@@ -13,8 +14,10 @@ namespace sd {
 // are then held as `weights` (kFloat: an fp16 file is widened; kHalf: the
 // layers widen each weight as they run, docs/model-format.md), and moved to
 // `device` after that conversion, so a GPU never holds the file's own dtype.
+// `edit` (LoRA merging) changes the mapped weights before that conversion.
+using StageEdit = std::function<void(torch::jit::Module&)>;
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
-                              c10::Device device = c10::kCPU);
+                              c10::Device device = c10::kCPU, const StageEdit& edit = nullptr);
 
 // The checks load_stage makes on a stage's files, without loading them (the .pt's
 // archive directory, its code against the operations this tool's export emits
