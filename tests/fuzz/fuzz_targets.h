@@ -37,6 +37,9 @@ void tokenizer(const uint8_t* data, size_t size);
 // keyword NUL text to a valid PNG and reading it back.
 void png_text(const uint8_t* data, size_t size);
 
+// A LoRA file (io/lora_keys.h parse_lora) against a small fixed model: the input is a whole file.
+void lora_file(const uint8_t* data, size_t size);
+
 struct Named {
     const char* name;  // also the folder name under tests/fuzz/corpus/ and tests/data/fuzz-inputs/
     Target run;
