@@ -53,7 +53,7 @@ struct Txt2ImgJob {
     // are seed + index), and in compvis mode the one place of the batch to write.
     int first_index = 0;
     std::optional<int> keep_position;
-    // LoRA: --lora files (merged for every prompt, before the prompt's own tags)
+    // LoRA: --lora files (merged for every prompt, after the prompt's own tags)
     // and --lora-dir, where a prompt's <lora:NAME:W> tag finds NAME.safetensors.
     std::vector<LoraUse> loras;
     std::string lora_dir;

@@ -46,9 +46,10 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
            a.seed == b.seed && a.settings.loras == b.settings.loras;
 }
 
-// --lora's files, then the prompt's <lora:NAME:W> tags, found in --lora-dir.
+// The prompt's <lora:NAME:W> tags, found in --lora-dir, then --lora's files: the
+// order of the tags in the PNG text (--lora's written last), so --from-png merges alike.
 std::vector<LoraUse> loras_of(const Txt2ImgJob& job, const PromptItem& item) {
-    std::vector<LoraUse> loras = job.loras;
+    std::vector<LoraUse> loras;
     const std::string where = item.line == 0 ? "--prompt" : item.where;
     for (const auto& tag : find_lora_tags(item.prompt, where)) {
         if (job.lora_dir.empty())
@@ -63,6 +64,7 @@ std::vector<LoraUse> loras_of(const Txt2ImgJob& job, const PromptItem& item) {
         use.where = where;
         loras.push_back(use);
     }
+    loras.insert(loras.end(), job.loras.begin(), job.loras.end());
     return loras;
 }
 
