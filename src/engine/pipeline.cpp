@@ -267,6 +267,12 @@ struct TorchPipeline::Impl {
         if (options.batch_size) r.unet_rows = *options.batch_size * (r.guidance ? 2 : 1);
         if (options.vae_tile) r.vae_tile = *options.vae_tile;
         r.half_weights = held_type != at::kFloat;
+        if (!s.loras.empty()) {
+            std::vector<const LoraFile*> files;
+            for (const auto& use : s.loras) files.push_back(&lora_file(use));
+            r.text_lora_bytes = lora_footprint(files, lora_targets->text_encoder, "text_encoder").total();
+            r.unet_lora_bytes = lora_footprint(files, lora_targets->unet, "unet").total();
+        }
         return r;
     }
 };

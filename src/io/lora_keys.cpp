@@ -1,5 +1,6 @@
 #include "io/lora_keys.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -361,6 +362,25 @@ LoraFile read_lora(const std::string& path, const LoraTargets& targets) {
         return scalar_value(w, bytes, path);
     };
     return describe(index, alpha, path, targets);
+}
+
+LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,
+                             const std::string& stage) {
+    std::unordered_map<std::string, const WeightEntry*> by_name;
+    for (const auto& w : stage_index) by_name[w.name] = &w;
+    std::unordered_set<std::string> seen;  // stacked LoRAs change a parameter once
+    LoraFootprint f;
+    for (const auto* file : files) {
+        for (const auto& m : file->modules) {
+            const auto it = by_name.find(m.param);
+            if (m.stage != stage || it == by_name.end() || !seen.insert(m.param).second) continue;
+            double bytes = 4;
+            for (int64_t d : it->second->shape) bytes *= static_cast<double>(d);
+            f.touched += bytes;
+            f.largest = std::max(f.largest, bytes);
+        }
+    }
+    return f;
 }
 
 std::string lora_short_hash(const std::string& path) {

@@ -47,6 +47,16 @@ LoraFile read_lora(const std::string& path, const LoraTargets& targets);
 // The same on a whole file in memory (the fuzz harness and the unit tests).
 LoraFile parse_lora(const std::string& file_bytes, const std::string& path, const LoraTargets& targets);
 
+// What merging costs one stage in memory (docs/memory.md): every parameter a
+// LoRA changes gets a new fp32 tensor (touched), and the largest change is
+// computed beside its copy (largest); bytes.
+struct LoraFootprint {
+    double touched = 0, largest = 0;
+    double total() const { return touched + largest; }
+};
+LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,
+                             const std::string& stage);
+
 // The diffusers module path of one CompVis UNet module ("input_blocks.1.0.in_layers.2"
 // -> "down_blocks.0.resnets.0.conv1"), for UNets with two ResBlocks a level (SD 1.x,
 // 2.x); "" when it has none.

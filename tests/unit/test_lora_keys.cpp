@@ -279,3 +279,26 @@ TEST(LoraKeys, ShortHashIsSha256OfTheData) {
     sdtest::write_text(dir + "/a.safetensors", file + "{}abc");
     EXPECT_EQ(sd::lora_short_hash(dir + "/a.safetensors"), "ba7816bf8f01");
 }
+
+// The merge's memory: each changed parameter once in fp32 (stacked LoRAs do not count twice), plus the largest.
+TEST(LoraKeys, FootprintCountsEachChangedParameterOnce) {
+    const auto a = sd::read_lora(lora("lora_a.safetensors"), tiny());
+    const auto b = sd::read_lora(lora("lora_b.safetensors"), tiny());
+    double touched = 0, largest = 0;
+    for (const auto& m : a.modules) {
+        if (m.stage != "unet") continue;
+        for (const auto& w : tiny().unet) {
+            if (w.name != m.param) continue;
+            double n = 4;
+            for (auto d : w.shape) n *= static_cast<double>(d);
+            touched += n;
+            largest = std::max(largest, n);
+        }
+    }
+    const auto fa = sd::lora_footprint({&a}, tiny().unet, "unet");
+    EXPECT_DOUBLE_EQ(fa.touched, touched);
+    EXPECT_DOUBLE_EQ(fa.largest, largest);
+    EXPECT_DOUBLE_EQ(sd::lora_footprint({&a, &b}, tiny().unet, "unet").total(), fa.total());  // b's targets are a's
+    EXPECT_GT(sd::lora_footprint({&b}, tiny().text_encoder, "text_encoder").touched, 0);
+    EXPECT_LT(sd::lora_footprint({&b}, tiny().unet, "unet").touched, fa.touched);
+}
