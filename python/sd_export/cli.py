@@ -30,6 +30,8 @@ def parse_args(argv):
     p.add_argument("--random-init", action="store_true",
                    help="random weights instead of a checkpoint (for tests and performance work)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
+    p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
+                   help="bake a LoRA .safetensors into the weights (repeatable, merged in order; weight 1 by default)")
     args = p.parse_args(argv)
     if args.random_init and args.checkpoint:
         p.error("give either CHECKPOINT or --random-init, not both")

@@ -202,3 +202,16 @@ TEST(LoraCli, MultiplierPointOneLowerFails) {
     EXPECT_GT(sdtest::latents_relative_error(case_dir(kCases[2]), out + "/latents.npy"), 1e-2);
 }
 
+
+// LoRAs baked in by the export (export_model.py --lora, the export_tiny_lora test): the stacked
+// case without any --lora at run time.
+TEST(LoraExport, BakedStackedCase) {
+    const std::string baked = sdtest::test_models() + "/tiny-lora-stacked";
+    sdtest::check_cli_run(case_dir(kCases[2]), case_args(kCases[2], baked));
+    // And it is not the plain model: the same line there is far from the case.
+    const std::string out = sdtest::temp_dir();
+    auto args = case_args(kCases[2], model());
+    args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
+    ASSERT_EQ(sdtest::run(args).exit_code, 0);
+    EXPECT_GT(sdtest::latents_relative_error(case_dir(kCases[2]), out + "/latents.npy"), 1e-2);
+}
