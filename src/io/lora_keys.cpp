@@ -259,6 +259,8 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
             unknown.push_back(w.name);
             continue;
         }
+        if (w.dtype != "F32" && w.dtype != "F16" && w.dtype != "BF16")
+            throw lora_error(path, "holds " + w.name + " as " + w.dtype + ", not a float type");
         auto& p = modules[without_processor(k.module)];
         (k.part == Part::down ? p.down : k.part == Part::up ? p.up : p.alpha) = w;
     }
@@ -335,7 +337,7 @@ Error as_lora_error(const Error& e, const std::string& path) {
 LoraFile parse_lora(const std::string& file_bytes, const std::string& path, const LoraTargets& targets) {
     std::vector<WeightEntry> index;
     try {
-        index = parse_weight_index(file_bytes, path);
+        index = parse_weight_index(file_bytes, path, WeightUse::AnyDtype);
     } catch (const Error& e) {
         throw as_lora_error(e, path);
     }
@@ -349,7 +351,7 @@ LoraFile read_lora(const std::string& path, const LoraTargets& targets) {
     if (!file_exists(path)) throw lora_error(path, "does not exist");
     std::vector<WeightEntry> index;
     try {
-        index = read_weight_index(path);
+        index = read_weight_index(path, WeightUse::AnyDtype);
     } catch (const Error& e) {
         throw as_lora_error(e, path);
     }

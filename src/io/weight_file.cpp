@@ -14,13 +14,20 @@ namespace {
 
 constexpr uint64_t kMaxHeader = 100u << 20;  // the safetensors format's own limit
 
-uint64_t element_size(const std::string& dtype) {
-    if (dtype == "F32") return 4;
-    if (dtype == "F16" || dtype == "BF16") return 2;
-    return 0;
+uint64_t element_size(const std::string& dtype, WeightUse use) {
+    if (use == WeightUse::Mapped) return dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+    return static_cast<uint64_t>(dtype_size(dtype));
 }
 
 }  // namespace
+
+int dtype_size(const std::string& dtype) {
+    if (dtype == "F64" || dtype == "I64") return 8;
+    if (dtype == "F32" || dtype == "I32") return 4;
+    if (dtype == "F16" || dtype == "BF16" || dtype == "I16") return 2;
+    if (dtype == "I8" || dtype == "U8" || dtype == "BOOL") return 1;
+    return 0;
+}
 
 std::string weight_file_for(const std::string& stage_path) {
     const auto slash = stage_path.find_last_of('/');
@@ -45,7 +52,7 @@ uint64_t header_length(const unsigned char* len_bytes, uint64_t size, const std:
 }
 
 // The entries of a header (its JSON text) in a file of `size` bytes.
-std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, const std::string& path) {
+std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, const std::string& path, WeightUse use) {
     const uint64_t data_start = 8 + header.size(), data_size = size - data_start;
     nlohmann::json index;
     try {
@@ -66,7 +73,8 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         const auto& dtype = e["dtype"];
         const auto& shape = e["shape"];
         const auto& offsets = e["data_offsets"];
-        if (!dtype.is_string() || element_size(dtype.get<std::string>()) == 0) throw bad("dtype is not F32, F16 or BF16");
+        if (!dtype.is_string() || element_size(dtype.get<std::string>(), use) == 0)
+            throw bad(use == WeightUse::Mapped ? "dtype is not F32, F16 or BF16" : "unknown dtype");
         if (!shape.is_array() || shape.size() > 8) throw bad("shape is not a list of at most 8 sizes");
         if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
             !offsets[1].is_number_unsigned())
@@ -74,7 +82,7 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         WeightEntry w;
         w.name = name;
         w.dtype = dtype.get<std::string>();
-        const uint64_t elem = element_size(w.dtype);
+        const uint64_t elem = element_size(w.dtype, use);
         uint64_t count = 1;
         for (const auto& d : shape) {
             if (!d.is_number_unsigned()) throw bad("shape has a size that is not a non-negative integer");
@@ -86,7 +94,7 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
         if (begin > end || end > data_size) throw bad("data_offsets past the end of the file");
         if (end - begin != count * elem) throw bad("data_offsets do not match its shape and dtype");
-        if ((data_start + begin) % elem != 0) throw bad("data not aligned to its element size");
+        if (use == WeightUse::Mapped && (data_start + begin) % elem != 0) throw bad("data not aligned to its element size");
         w.begin = data_start + begin;
         w.end = data_start + end;
         out.push_back(std::move(w));
@@ -96,7 +104,7 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
 
 }  // namespace
 
-std::vector<WeightEntry> read_weight_index(const std::string& path) {
+std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse use) {
     if (is_directory(path)) throw Error("weights file " + path + " is a folder, not a file");
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     if (!f) throw Error("cannot read weights file " + path);
@@ -107,14 +115,14 @@ std::vector<WeightEntry> read_weight_index(const std::string& path) {
     const uint64_t header_len = header_length(len_bytes, size, path);
     std::string header(header_len, '\0');
     if (!f.read(header.data(), static_cast<std::streamsize>(header_len))) throw corrupt(path, "cannot read its header");
-    return parse_header(header, size, path);
+    return parse_header(header, size, path, use);
 }
 
-std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path) {
+std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path, WeightUse use) {
     const uint64_t size = file_bytes.size();
     if (size < 8) throw corrupt(path, "shorter than its header");
     const uint64_t header_len = header_length(reinterpret_cast<const unsigned char*>(file_bytes.data()), size, path);
-    return parse_header(file_bytes.substr(8, header_len), size, path);
+    return parse_header(file_bytes.substr(8, header_len), size, path, use);
 }
 
 }  // namespace sd

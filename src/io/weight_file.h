@@ -12,7 +12,7 @@ namespace sd {
 
 struct WeightEntry {
     std::string name;
-    std::string dtype;            // "F32", "F16" or "BF16"
+    std::string dtype;            // "F32", "F16" or "BF16" (any dtype_size name for WeightUse::AnyDtype)
     std::vector<int64_t> shape;
     uint64_t begin = 0, end = 0;  // byte range in the file (not in the data section)
 };
@@ -20,11 +20,20 @@ struct WeightEntry {
 // Reads and checks the header of a safetensors file: every entry's range lies
 // inside the file, matches its shape and dtype and is aligned for its element
 // type. Throws sd::Error naming the file and the fault; never trusts a size.
-std::vector<WeightEntry> read_weight_index(const std::string& path);
+// A model's own weights are mapped, so they must be floats aligned to their
+// size; a file that is copied (a LoRA, an embedding, a VAE: AnyDtype) may hold
+// any safetensors dtype at any offset.
+enum class WeightUse { Mapped, AnyDtype };
+std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse use = WeightUse::Mapped);
 
 // The same reading and checks on a whole file already in memory (the fuzz
 // harness and its replay test call this); `path` names it in messages.
-std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path);
+std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path,
+                                            WeightUse use = WeightUse::Mapped);
+
+// Bytes of one element of a safetensors dtype ("F64", "F32", "F16", "BF16",
+// "I64", "I32", "I16", "I8", "U8", "BOOL"); 0 for any other name.
+int dtype_size(const std::string& dtype);
 
 // Where a stage's weights live: "dir/unet.pt" -> "dir/unet.weights".
 std::string weight_file_for(const std::string& stage_path);

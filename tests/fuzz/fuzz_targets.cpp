@@ -1,5 +1,6 @@
 #include "fuzz_targets.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -8,6 +9,7 @@
 #include "io/image_io.h"
 #include "io/lora_keys.h"
 #include "io/png_text.h"
+#include "io/torch_pickle.h"
 #include "io/weight_file.h"
 #include "sd/error.h"
 #include "sd/model_config.h"
@@ -208,6 +210,31 @@ void png_text(const uint8_t* data, size_t size) {
         if (k != "fuzz") require(after.count(k) && after.at(k) == v, "old text lost: " + k);
 }
 
+void torch_pickle(const uint8_t* data, size_t size) {
+    std::vector<sd::PickledTensor> tensors;
+    try {
+        tensors = sd::parse_torch_pickle(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.pkl");
+    } catch (const sd::Error&) {
+        return;
+    }
+    // Every accepted tensor lies inside its storage as the pickle sized it:
+    // tensor_file.cpp reads the bytes on that promise.
+    for (const auto& t : tensors) {
+        require(sd::dtype_size(t.dtype) > 0, "accepted dtype " + t.dtype);
+        require(t.shape.size() == t.stride.size() && t.shape.size() <= 16, "sizes and strides: " + t.name);
+        require(t.offset >= 0 && t.storage_numel >= 0, "negative offset or storage: " + t.name);
+        bool empty = false;
+        long double last = static_cast<long double>(t.offset);
+        for (size_t d = 0; d < t.shape.size(); ++d) {
+            require(t.shape[d] >= 0 && t.stride[d] >= 0, "negative size or stride: " + t.name);
+            empty = empty || t.shape[d] == 0;
+            if (t.shape[d] > 0) last += static_cast<long double>(t.shape[d] - 1) * static_cast<long double>(t.stride[d]);
+        }
+        require(empty || last < static_cast<long double>(t.storage_numel), "outside its storage: " + t.name);
+        for (char c : t.storage) require(std::isalnum(static_cast<unsigned char>(c)) || c == '_', "storage name");
+    }
+}
+
 void lora_file(const uint8_t* data, size_t size) {
     // A UNet with a 1x1-conv proj_in, a linear to_q and a 3x3 conv; a text encoder's q_proj.
     static const sd::LoraTargets targets = [] {
@@ -257,7 +284,7 @@ const std::vector<Named>& all_targets() {
     static const std::vector<Named> targets = {
         {"weight_index", weight_index}, {"model_config", model_config}, {"prompts", prompts},
         {"prompt_weights", prompt_weights}, {"tokenizer", tokenizer},     {"png_text", png_text},
-        {"lora_file", lora_file},
+        {"torch_pickle", torch_pickle}, {"lora_file", lora_file},
     };
     return targets;
 }

@@ -36,6 +36,9 @@ void tokenizer(const uint8_t* data, size_t size);
 // reading (and adding a chunk to) the rest as a PNG, and adding the rest as
 // keyword NUL text to a valid PNG and reading it back.
 void png_text(const uint8_t* data, size_t size);
+// The pickle of a torch.save archive (io/torch_pickle.h parse_torch_pickle):
+// the input is data.pkl.
+void torch_pickle(const uint8_t* data, size_t size);
 
 // A LoRA file (io/lora_keys.h parse_lora) against a small fixed model: the input is a whole file.
 void lora_file(const uint8_t* data, size_t size);

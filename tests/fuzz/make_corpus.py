@@ -130,6 +130,15 @@ put("png_text", "with_texts", b"\x00" + png([(b"tEXt", b"Comment\x00hello"),
 put("png_text", "compressed_itxt", b"\x00" + png([(b"iTXt", b"z\x00\x01\x00en\x00zz\x00" + zlib.compress(b"x"))]))
 put("png_text", "keyword_text", b"\x01" + "parameters\x00un caf\u00e9\nSteps: 20, Sampler: PLMS".encode())
 
+# torch.save pickles: data.pkl of the fixtures' .pt/.pth files (read as zip
+# members; nothing is unpickled here).
+import zipfile  # noqa: E402
+FIXTURES = HERE.parent / "fixtures"
+for src, name in [("embeddings/embone.pt", "embone"), ("embeddings/embthree.pt", "embthree"),
+                  ("taesd/taesd_decoder.pth", "taesd_decoder")]:
+    with zipfile.ZipFile(FIXTURES / src) as z:
+        put("torch_pickle", name + ".pkl", z.read(next(n for n in z.namelist() if n.endswith("/data.pkl"))))
+
 # The bugs (docs/reliability.md). Printing a value for an error message
 # recursed once per level of nesting: 100000 levels (200 KB) overflowed the
 # 8 MiB stack. These are 8000 levels deep: the replay test runs them on a

@@ -64,7 +64,7 @@ std::string safetensors(const std::vector<T>& tensors) {
     nlohmann::json h = nlohmann::json::object();
     uint64_t offset = 0;
     for (const auto& t : tensors) {
-        uint64_t n = t.dtype == "F32" ? 4 : 2;
+        uint64_t n = t.dtype == "F32" ? 4 : t.dtype == "I8" ? 1 : 2;
         for (auto d : t.shape) n *= static_cast<uint64_t>(d);
         h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
         offset += n;
@@ -301,4 +301,14 @@ TEST(LoraKeys, FootprintCountsEachChangedParameterOnce) {
     EXPECT_DOUBLE_EQ(sd::lora_footprint({&a, &b}, tiny().unet, "unet").total(), fa.total());  // b's targets are a's
     EXPECT_GT(sd::lora_footprint({&b}, tiny().text_encoder, "text_encoder").touched, 0);
     EXPECT_LT(sd::lora_footprint({&b}, tiny().unet, "unet").touched, fa.touched);
+}
+
+// A LoRA is copied, not mapped: any offset is fine, but its tensors must be floats.
+TEST(LoraKeys, UnalignedFloatsReadNonFloatsRefused) {
+    auto t = module("lora_unet_down_blocks_0_attentions_0_proj_in", {2, 32, 1, 1}, {32, 2, 1, 1});
+    t.insert(t.begin(), {"lora_unet_down_blocks_0_attentions_0_proj_in.alpha", "F16", {}});  // puts the F32 data at offset 2
+    EXPECT_EQ(sd::parse_lora(safetensors(t), "x", tiny()).modules.size(), 1u);
+    t[0].dtype = "I8";
+    t[0].shape = {2};
+    EXPECT_NE(refusal(safetensors(t)).find("not a float type"), std::string::npos);
 }
