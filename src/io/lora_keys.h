@@ -7,7 +7,6 @@
 // encoder) is refused here, before any stage loads. docs/model-format.md.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
