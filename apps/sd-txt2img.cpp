@@ -143,6 +143,9 @@ struct Flags {
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
+    // Decoders and VAE weights at run time (README "Fast images on a CPU").
+    std::string vae_decoder, preview_decoder, vae;
+    int preview = 0;
     sd::Txt2ImgJob job;  // the flags that map onto it directly
     // LoRA: --lora FILE[:WEIGHT], repeatable (--lora-dir goes into job).
     std::vector<std::string> loras;
@@ -201,6 +204,17 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
     app.add_flag("--verbose", f.verbose, "after the run, print predicted vs measured peak memory per stage and load times");
     app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
+    // Decoders and VAE weights at run time (README "Fast images on a CPU").
+    app.add_option("--vae-decoder", f.vae_decoder,
+                   "taesd:FILE: decode with TAESD (taesd_decoder.pth / .safetensors, or a diffusers AutoencoderTiny "
+                   "folder) instead of the model's VAE: much faster, slightly less detail");
+    app.add_option("--preview", f.preview,
+                   "every N sampler steps, write a TAESD preview of each image to OUTDIR/previews (its path on stderr)");
+    app.add_option("--preview-decoder", f.preview_decoder,
+                   "taesd:FILE for --preview (default: the --vae-decoder TAESD)");
+    app.add_option("--vae", f.vae,
+                   "a standalone VAE (.safetensors / .ckpt, e.g. vae-ft-mse-840000-ema-pruned) replacing the model's "
+                   "VAE decoder weights");
     app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
     app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
@@ -297,6 +311,10 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     o.sequential = parse_switch("--sequential-load", f.sequential_load);
     o.vae_tile = parse_tiling(f.vae_tiling);
     if (app.count("--batch-size")) o.batch_size = f.batch_size;
+    o.vae_decoder = f.vae_decoder;
+    o.preview_decoder = f.preview_decoder;
+    o.preview_every = f.preview;
+    o.vae = f.vae;
     return o;
 }
 
@@ -398,6 +416,12 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
         std::cerr << "sd-txt2img: " << text << std::endl;
     };
     events.stop_requested = [] { return g_stop != 0; };
+    // Previews were asked for, so their paths are shown even with --quiet; stdout stays the images'.
+    if (f.preview > 0)
+        events.preview_written = [&](const std::string& path) {
+            progress.clear();
+            std::cerr << "sd-txt2img: preview: " << path << std::endl;
+        };
     g_bar_on_stderr = progress.mode() == sd::ProgressDisplay::Mode::bar;
     install_stop_handlers();
 

@@ -62,6 +62,7 @@ struct MemoryPlan {
     double base = 0;   // the process before any stage is loaded
     double budget = 0;
     StagePrediction text, unet, vae;
+    bool taesd = false;  // a TAESD decodes instead of the VAE: no tiles, no attention
     double peak() const;                  // predicted peak of the whole run
     std::string attention_name() const;   // "chunked:256", ...
     std::string describe() const;         // the --plan table

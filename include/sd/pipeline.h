@@ -30,6 +30,11 @@ struct PipelineOptions {
     // Measure each stage's peak (resets the kernel's peak counter, so the
     // process-wide peak that /usr/bin/time reports then covers only the last stage).
     bool measure_stages = false;
+    // Decoders and VAE weights chosen at run time (README "Fast images on a CPU").
+    std::string vae_decoder;      // "": the model's VAE; "taesd:PATH": a TAESD decoder (file or AutoencoderTiny folder)
+    std::string preview_decoder;  // "taesd:PATH" for previews; "": vae_decoder's TAESD, if it is one
+    int preview_every = 0;        // a preview every N sampler steps (set_preview); 0: none
+    std::string vae;              // a standalone VAE (.safetensors/.ckpt) replacing the model's VAE decoder weights
 };
 
 // Peak resident memory measured while each stage ran (bytes; 0 if it did not run).
@@ -91,6 +96,10 @@ struct ComputeChoice {
 // Called after each sampler step: step (1-based) of total.
 using ProgressFn = std::function<void(int step, int total)>;
 
+// Called every PipelineOptions::preview_every steps with the batch's current
+// images: its predicted final latents (the denoised x0) through the preview TAESD.
+using PreviewFn = std::function<void(int step, int total, const std::vector<Image>& images)>;
+
 struct BatchOutput {
     std::vector<Image> images;
     std::vector<float> latents;          // final latents of the batch, [n, C, h, w]
@@ -124,6 +133,9 @@ public:
     // One batch: one image per prompt.
     virtual BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                                  const ProgressFn& progress = nullptr) = 0;
+
+    // Where previews go (PipelineOptions::preview_every); nullptr: none are made.
+    virtual void set_preview(PreviewFn fn) = 0;
 };
 
 // The --verbose report (stderr lines): the plan, then predicted against

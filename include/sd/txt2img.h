@@ -95,6 +95,9 @@ struct Txt2ImgEvents {
     std::function<void(const std::string&)> note;  // informational messages (skipped files)
     // The --grid image: its path, its "parameters" text and how many images it shows.
     std::function<void(const std::string& path, const std::string& parameters, int images)> grid_written;
+    // A preview image written (PipelineOptions::preview_every): OUTDIR/previews/NAME-stepNNN.png,
+    // NAME the image's own name (or the number it is expected to get). Unset: no previews are made.
+    std::function<void(const std::string& path)> preview_written;
 };
 
 struct Txt2ImgResult {

@@ -181,3 +181,65 @@ def open_checkpoint(path, folder=None):
         raise ExportError(f"{path} is a directory but not a diffusers folder (no model_index.json)")
     return open_weight_file(path)
 
+
+
+VAE_DECODER_PARTS = ("decoder.", "post_quant_conv.")
+
+
+class VaeOverride:
+    """A single-file checkpoint whose VAE decoder weights come from a standalone VAE file
+    (--vae, e.g. vae-ft-mse-840000-ema-pruned): its decoder.* and post_quant_conv.* tensors,
+    bare or under first_stage_model., replace the checkpoint's; its encoder is not exported."""
+
+    def __init__(self, base, vae_path):
+        self.base, self.path = base, base.path
+        if not os.path.isfile(vae_path):
+            raise ExportError(f"--vae {vae_path} does not exist")
+        self.vae = open_weight_file(vae_path)
+        self.names = {}  # checkpoint key -> key in the VAE file
+        for k in self.vae.keys():
+            bare = k[len("first_stage_model."):] if k.startswith("first_stage_model.") else k
+            if bare.startswith(VAE_DECODER_PARTS):
+                self.names["first_stage_model." + bare] = k
+        if not self.names:
+            raise ExportError(f"--vae {vae_path} holds no VAE decoder tensors (decoder.* and post_quant_conv.*, "
+                              f"bare or under first_stage_model.)")
+        prefixes = tuple("first_stage_model." + p for p in VAE_DECODER_PARTS)
+        wanted = [k for k in base.keys() if k.startswith(prefixes)]
+        for k in wanted:
+            bare = k[len("first_stage_model."):]
+            if k not in self.names:
+                raise ExportError(f"--vae {vae_path} lacks the tensor {bare} of {base.path}'s VAE decoder")
+            if tuple(self.vae.shape(self.names[k])) != tuple(base.shape(k)):
+                raise ExportError(f"--vae {vae_path}: {bare} is {list(self.vae.shape(self.names[k]))}, "
+                                  f"{base.path}'s VAE has {list(base.shape(k))} (a VAE for another model family?)")
+        extra = sorted(set(self.names) - set(wanted))
+        if extra:
+            raise ExportError(f"--vae {vae_path}: {extra[0][len('first_stage_model.'):]} is not a tensor of "
+                              f"{base.path}'s VAE decoder")
+
+    def _part(self, key):
+        return (self.vae, self.names[key]) if key in self.names else (self.base, key)
+
+    def keys(self):
+        return self.base.keys()
+
+    def shape(self, key):
+        f, k = self._part(key)
+        return tuple(f.shape(k))
+
+    def is_float(self, key):
+        f, k = self._part(key)
+        return f.is_float(k)
+
+    def dtype_name(self, key):
+        f, k = self._part(key)
+        return f.dtype_name(k)
+
+    def load(self, key):
+        f, k = self._part(key)
+        return f.load(k)
+
+    def close(self):
+        self.base.close()
+        self.vae.close()

@@ -30,6 +30,8 @@ def parse_args(argv):
     p.add_argument("--random-init", action="store_true",
                    help="random weights instead of a checkpoint (for tests and performance work)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
+    p.add_argument("--vae", help="a standalone VAE (.safetensors / .ckpt, e.g. vae-ft-mse-840000-ema-pruned) whose "
+                   "decoder weights replace the checkpoint's")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="bake a LoRA .safetensors into the weights (repeatable, merged in order; weight 1 by default)")
     args = p.parse_args(argv)
@@ -37,6 +39,8 @@ def parse_args(argv):
         p.error("give either CHECKPOINT or --random-init, not both")
     if args.guidance_scale is not None and not (0 < args.guidance_scale <= 100):
         p.error("--guidance-scale must be above 0 and at most 100")
+    if args.vae and args.random_init:
+        p.error("--vae replaces a checkpoint's VAE; it does not go with --random-init")
     if not args.random_init and not args.checkpoint:
         p.error("CHECKPOINT is required (or --random-init)")
     return args

@@ -5,7 +5,7 @@ import os
 import time
 
 from . import diffusers_layout, stages
-from .checkpoints import open_checkpoint
+from .checkpoints import VaeOverride, open_checkpoint
 from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, assumed_parameterization, check_consistency,
                       detect_family, detect_unet_shapes, load_ldm_config, load_text_config, open_clip_text_layers,
                       text_cfg_from_open_clip)
@@ -27,6 +27,10 @@ def resolve(args):
             raise ExportError(str(e))
     ldm = load_ldm_config(args.config) if args.config else None
     ckpt = None if args.random_init else open_checkpoint(args.checkpoint, folder)
+    if getattr(args, "vae", None):
+        if folder:
+            raise ExportError("--vae is for single-file checkpoints; replace a diffusers folder's vae/ folder instead")
+        ckpt = VaeOverride(ckpt, args.vae)
     r = {"ckpt": ckpt, "folder": folder, "tokenizer_dir": args.tokenizer}
 
     if folder:
@@ -121,6 +125,10 @@ def export(args):
     if loras:
         info["loras"] = loras  # what was baked in: name, weight, A1111 short hash
     stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info)
-    say(f"{PROG}: exported {source} -> {out} ({family}, {schedule['parameterization']}, {args.dtype}, "
+    if getattr(args, "vae", None):
+        source_text = f"{source} with VAE {os.path.basename(args.vae)}"
+    else:
+        source_text = source
+    say(f"{PROG}: exported {source_text} -> {out} ({family}, {schedule['parameterization']}, {args.dtype}, "
         f"size multiple {info['size_multiple']}) in {time.time() - start:.1f} s")
 

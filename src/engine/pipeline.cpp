@@ -16,7 +16,10 @@
 #include "engine/stage_loader.h"
 #include "engine/runtime.h"
 #include "engine/samplers.h"
+#include "engine/taesd.h"
+#include "engine/vae_override.h"
 #include "memory/planner.h"
+#include "io/weight_file.h"
 #include "sampling/schedule.h"
 #include "sd/tokenizer.h"
 
@@ -68,6 +71,24 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
 }
 
 using DecodeFn = std::function<at::Tensor(const at::Tensor&)>;
+
+// Decoder output [n, 3, H, W] in [-1, 1] to 8-bit images, as txt2img does it:
+// clamp((x + 1) / 2, 0, 1) * 255, then truncation to uint8.
+std::vector<Image> to_images(const at::Tensor& decoded) {
+    const at::Tensor pixels =
+        (255.0 * at::clamp((decoded + 1.0) / 2.0, 0.0, 1.0)).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
+    const int64_t H = pixels.size(1), W = pixels.size(2);
+    std::vector<Image> images;
+    for (int64_t i = 0; i < pixels.size(0); ++i) {
+        Image img;
+        img.height = static_cast<int>(H);
+        img.width = static_cast<int>(W);
+        const uint8_t* p = pixels[i].data_ptr<uint8_t>();
+        img.rgb.assign(p, p + H * W * 3);
+        images.push_back(std::move(img));
+    }
+    return images;
+}
 
 // Decodes latents [1, C, h, w] in overlapping tiles of `tile` latent pixels and
 // blends them with linear ramps across each overlap, so the peak is that of
@@ -141,6 +162,7 @@ public:
     void seed(uint64_t seed) override;
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
+    void set_preview(PreviewFn fn) override;
 
 private:
     struct Impl;
@@ -201,6 +223,11 @@ struct TorchPipeline::Impl {
         for (const auto& use : merged_loras) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
         return [which, merges](torch::jit::Module& m) { merge_loras(m, which, merges); };
     }
+    // Run-time decoders and VAE weights (PipelineOptions): a TAESD in place of
+    // the VAE, the one previews use, and --vae's decoder tensors.
+    std::optional<TaesdDecoder> taesd, preview_taesd;
+    std::map<std::string, at::Tensor> vae_override;
+    PreviewFn preview;
 
     // The text encoder always holds fp32 weights: it runs alone, before the UNet.
     at::ScalarType weight_type(const std::string& path) const {
@@ -218,7 +245,9 @@ struct TorchPipeline::Impl {
     torch::jit::Module& stage(std::optional<torch::jit::Module>& slot, const std::string& path, double* seconds) {
         if (!slot) {
             const double start = seconds_since_process_start();
-            slot = load_stage(path, weight_type(path), device, lora_edit(path));
+            const bool vae_stage = path == config.vae_decoder_path && !vae_override.empty();
+            slot = load_stage(path, weight_type(path), device, vae_stage ? &vae_override : nullptr,
+                              lora_edit(path));
             *seconds += seconds_since_process_start() - start;
         }
         return *slot;
@@ -237,8 +266,18 @@ struct TorchPipeline::Impl {
         return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
     }
 
+    // TAESD takes the UNet's latents as they are and gives [0, 1]; 2x - 1 makes
+    // it a VAE's output. One image at a time, like the VAE.
+    at::Tensor decode_taesd(const TaesdDecoder& t, const at::Tensor& latents) const {
+        std::vector<at::Tensor> images;
+        for (int64_t i = 0; i < latents.size(0); ++i)
+            images.push_back(to_host(t.decode(to_device(latents.slice(0, i, i + 1)))) * 2.0 - 1.0);
+        return at::cat(images);
+    }
+
     // Decodes one image at a time (the VAE's activations grow with pixels).
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan) {
+        if (taesd) return decode_taesd(*taesd, latents);
         auto& dec = stage(vae, config.vae_decoder_path, &times.vae_load);
         set_attention(dec, {plan.attention_mode, plan.attention_chunk});
         set_layer_memory(dec, plan.ff_chunk, plan.conv_split);
@@ -251,6 +290,40 @@ struct TorchPipeline::Impl {
                                                : decode_one(zi));
         }
         return at::cat(images);
+    }
+
+    // --vae-decoder, --preview-decoder, --preview and --vae, checked and read
+    // before anything runs (all of them are small but the VAE).
+    void load_addons(const PipelineOptions& o) {
+        if (o.preview_every < 0) throw Error("--preview takes a number of steps, at least 1 (0: no previews)");
+        if (!o.vae_decoder.empty()) taesd = TaesdDecoder::load(taesd_path_of(o.vae_decoder, "--vae-decoder"));
+        if (!o.preview_decoder.empty()) {
+            preview_taesd = TaesdDecoder::load(taesd_path_of(o.preview_decoder, "--preview-decoder"));
+        } else if (o.preview_every > 0) {
+            if (!taesd)
+                throw Error("--preview needs a TAESD decoder to draw its previews: give --preview-decoder taesd:FILE "
+                            "(e.g. taesd_decoder.pth) or --vae-decoder taesd:FILE");
+            preview_taesd = taesd;
+        }
+        if (!o.vae.empty()) {
+            if (taesd)
+                throw Error("--vae replaces the weights of the model's VAE, which --vae-decoder " + o.vae_decoder +
+                            " does not use; give one of them");
+            // Read as inference tensors, so the stage (loaded inside the run's
+            // InferenceMode) takes them as they are: one copy of the VAE, not two.
+            c10::InferenceMode guard;
+            vae_override = read_vae_override(o.vae, weight_file_for(config.vae_decoder_path));
+        }
+        for (auto* t : {&taesd, &preview_taesd})
+            if (*t) (*t)->to(device, compute_type);
+    }
+
+    // Previews of the current predicted images every preview_every steps.
+    void maybe_preview(int step, int total, const at::Tensor& x, const at::Tensor& pred_x0) {
+        const int every = options.preview_every;
+        if (!preview || every <= 0 || !preview_taesd || (step + 1) % every != 0) return;
+        const at::Tensor decoded = decode_taesd(*preview_taesd, pred_x0.defined() ? pred_x0 : x);
+        preview(step + 1, total, to_images(decoded));
     }
 
     MemoryRequest request(const GenerateSettings& s, int images) const {
@@ -287,9 +360,12 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : impl_(std::make_u
     if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     impl_->config = load_model_config(options.model_dir);
+    const bool full_vae = options.vae_decoder.empty();
     for (const auto* stage : {&impl_->config.text_encoder_path, &impl_->config.unet_path, &impl_->config.vae_decoder_path})
-        check_stage_files(*stage);
+        if (full_vae || stage != &impl_->config.vae_decoder_path) check_stage_files(*stage);
+    impl_->load_addons(options);
     impl_->memory = memory_model(impl_->config);
+    if (impl_->taesd) set_taesd_stage(impl_->memory, impl_->taesd->channels(), impl_->taesd->weight_bytes());
     impl_->tokenizer = ClipTokenizer::load(impl_->config.vocab_path, impl_->config.merges_path);
     configure_runtime(options.threads);
     impl_->base_rss = static_cast<double>(current_rss_bytes());
@@ -334,6 +410,8 @@ MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
     }
     return p;
 }
+
+void TorchPipeline::set_preview(PreviewFn fn) { impl_->preview = std::move(fn); }
 
 void TorchPipeline::seed(uint64_t seed) { impl_->gen = at::make_generator<at::CPUGeneratorImpl>(seed); }
 
@@ -399,7 +477,11 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
             return parts[0] + scale * (parts[1] - parts[0]);
         };
         StepFn on_step = nullptr;
-        if (progress) on_step = [&](int i, int total, const at::Tensor&, const at::Tensor&) { progress(i + 1, total); };
+        if (progress || im.preview)
+            on_step = [&](int i, int total, const at::Tensor& xi, const at::Tensor& x0) {
+                im.maybe_preview(i, total, xi, x0);
+                if (progress) progress(i + 1, total);
+            };
         const SamplerSettings ks{s.sampler, s.schedule, s.steps, parse_parameterization(c.parameterization)};
         if (first_batch) im.times.start_to_first_step = seconds_since_process_start();
         at::Tensor latents = sample(ks, eps, x, c.alphas_cumprod, im.gen, on_step).contiguous();
@@ -418,21 +500,10 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
                              "NaN or Inf (a damaged or badly converted checkpoint or VAE)");
         if (plan.sequential) im.release(im.vae);
         end_stage(im.peaks.vae, im.peaks.vae_kept);
-        // As txt2img: clamp((x + 1) / 2, 0, 1) * 255, then truncation to uint8.
-        at::Tensor pixels = (255.0 * at::clamp((decoded + 1.0) / 2.0, 0.0, 1.0)).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
-
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();
         out.latents.assign(latents.data_ptr<float>(), latents.data_ptr<float>() + latents.numel());
-        const int64_t H = pixels.size(1), W = pixels.size(2);
-        for (int64_t i = 0; i < n; ++i) {
-            Image img;
-            img.height = static_cast<int>(H);
-            img.width = static_cast<int>(W);
-            const uint8_t* p = pixels[i].data_ptr<uint8_t>();
-            img.rgb.assign(p, p + H * W * 3);
-            out.images.push_back(std::move(img));
-        }
+        out.images = to_images(decoded);
         return out;
     } catch (const Error&) {
         throw;

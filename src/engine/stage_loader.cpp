@@ -190,6 +190,17 @@ std::optional<std::vector<WeightEntry>> checked_weight_index(const std::string& 
     return index;
 }
 
+// Points each named parameter at its replacement (before the dtype conversion
+// below, which then applies to them too). Shapes were checked when read.
+void replace_weights(torch::jit::Module& m, const std::map<std::string, at::Tensor>& replace) {
+    for (const auto& p : m.named_parameters(/*recurse=*/true)) {
+        const auto it = replace.find(p.name);
+        if (it == replace.end()) continue;
+        at::Tensor target = p.value;
+        target.set_data(it->second);
+    }
+}
+
 }  // namespace
 
 std::string script_error_line(const std::string& what) {
@@ -208,7 +219,8 @@ std::string short_message(const c10::Error& e) {
 
 void check_stage_files(const std::string& path) { checked_weight_index(path); }
 
-torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device, const StageEdit& edit) {
+torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device,
+                              const std::map<std::string, at::Tensor>* replace, const StageEdit& edit) {
     const auto index = checked_weight_index(path);
     try {
         auto m = torch::jit::load(path, torch::kCPU);
@@ -220,6 +232,7 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c
             for (const auto& p : m.parameters())
                 if (p.numel() == 0) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
         }
+        if (replace) replace_weights(m, *replace);
         if (edit) edit(m);
         // Module::to replaces one tensor at a time, so converting costs at most
         // one extra tensor, not a second copy of the weights.

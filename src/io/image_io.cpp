@@ -33,6 +33,11 @@ bool save_png_new(const std::string& path, const Image& img, const std::string& 
     return write_file_new(path, png.data(), png.size());
 }
 
+void save_png_replace(const std::string& path, const Image& img) {
+    const auto png = encode_png(img);
+    write_file_atomic(path, png.data(), png.size());
+}
+
 Image make_grid(const std::vector<Image>& images, int columns) {
     if (images.empty() || columns < 1) throw Error("nothing to put in a grid");
     const int pad = 2, w = images[0].width, h = images[0].height;

@@ -17,6 +17,10 @@ std::vector<uint8_t> encode_png(const Image& img);
 // as the PNG's iTXt "parameters" text (the generation settings, A1111 style).
 bool save_png_new(const std::string& path, const Image& img, const std::string& parameters = "");
 
+// Writes the PNG under a temporary name and renames it into place, replacing
+// a file of that name (previews, which are rewritten as a run goes on).
+void save_png_replace(const std::string& path, const Image& img);
+
 // The images side by side, `columns` a row, 2 black pixels around each (as
 // torchvision's make_grid, which CompVis uses). All images must share a size.
 Image make_grid(const std::vector<Image>& images, int columns);

@@ -32,6 +32,10 @@ static constexpr double kVaeFloatsPerChannel = 8.0;
 // yet allocated then. Counting them together over-predicted a 1024x1024
 // per-head run by 22% (docs/benchmarks.md).
 static constexpr double kVaeMidTensors = 4.0;
+// TAESD: floats per output pixel, in units of its channel count, at the finest
+// level: a Block's input, its conv output and the ReLU's copy alive together
+// (no norms, no attention); measured at 512x512 in docs/memory.md.
+static constexpr double kTaesdFloatsPerChannel = 3.0;
 // Text encoder: activations are small next to its weights.
 static constexpr double kTextActivationFloatsPerToken = 24.0;
 // Freed-block reuse, per byte of a stage's predicted activations (and, in the
@@ -123,6 +127,24 @@ static double file_size(const std::string& path) {
 
 // A stage's weights: its TorchScript file and, in current exports, the weight file beside it.
 static double stage_size(const std::string& path) { return file_size(path) + file_size(weight_file_for(path)); }
+
+void set_taesd_stage(MemoryModel& m, int channels, double weight_bytes) {
+    m.taesd_channels = channels;
+    m.vae_weights = weight_bytes;
+}
+
+// A TAESD's weights are read into memory in the compute dtype (a few MB), not
+// mapped from a file; its activations are a few channels' worth at full size.
+static void predict_taesd(const MemoryModel& m, double h, double w, MemoryPlan& p) {
+    p.taesd = true;
+    p.vae_tile = 0;
+    p.vae = {};
+    p.vae.weights = p.vae.load = m.vae_weights;
+    p.vae.activations = h * w * m.downsample * m.downsample * 4.0 * kTaesdFloatsPerChannel * m.taesd_channels;
+    p.vae.beside_scores = p.vae.activations;
+    p.vae.working_set = kVaeWorkingSet * p.vae.activations;
+    p.vae.share_at_peak = kVaeShareAtPeak * p.vae.activations;
+}
 
 MemoryModel memory_model(const ModelConfig& c) {
     MemoryModel m;
@@ -261,6 +283,10 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;
     p.unet.share_at_peak = kUnetShareAtPeak * p.unet.activations + kUnetShareAtPeakPerScore * p.unet.scores;
 
+    if (m.taesd_channels > 0) {
+        predict_taesd(m, h, w, p);
+        return p;
+    }
     // The VAE decodes one image at a time, whole or in overlapping tiles.
     weights(p.vae, m.vae_weights, r.half_weights);
     const double th = p.vae_tile > 0 ? std::min<double>(h, p.vae_tile) : h;
@@ -286,7 +312,10 @@ std::string MemoryPlan::describe() const {
     row("vae decoder ", vae);
     o << "  stage loading: " << (sequential ? "sequential (one stage in memory at a time)" : "all stages resident") << "\n";
     o << "  attention: " << attention_name() << ", UNet rows per pass: " << unet_rows
-      << ", VAE: " << (vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px" : std::string("whole image")) << "\n";
+      << ", VAE: "
+      << (taesd ? std::string("TAESD, whole image")
+                : vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px" : std::string("whole image"))
+      << "\n";
     o << "  compute: " << compute << "\n";
     o << "  feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
       << format_size(static_cast<double>(conv_split)) << "\n";
@@ -306,7 +335,10 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
             rows_options.push_back(rows);
             if (rows == 1) break;
         }
-    std::vector<int> tile_options = r.vae_tile ? std::vector<int>{*r.vae_tile} : std::vector<int>{0, 64, 32, 16};
+    // A TAESD is never tiled: the full VAE's tile sizes do not apply to it.
+    std::vector<int> tile_options = m.taesd_channels > 0 ? std::vector<int>{0}
+                                    : r.vae_tile         ? std::vector<int>{*r.vae_tile}
+                                                         : std::vector<int>{0, 64, 32, 16};
     std::vector<AttentionSetting> attn_options;
     if (r.attention) attn_options = {*r.attention};
     else attn_options = {{AttentionMode::Chunked, 256}, {AttentionMode::Chunked, 128}, {AttentionMode::Chunked, 64},

@@ -39,9 +39,15 @@ struct MemoryModel {
     int vae_ch = 128;
     int vae_mid_channels = 512;
     int text_ctx = 77, text_width = 768, text_heads = 12;
+    // A TAESD decodes in place of the VAE (--vae-decoder taesd:): its channel
+    // count, 0 for the model's VAE. vae_weights are then its weights.
+    int taesd_channels = 0;
 };
 
 MemoryModel memory_model(const ModelConfig& config);
+
+// The VAE stage becomes a TAESD of `channels` channels holding `weight_bytes`.
+void set_taesd_stage(MemoryModel& m, int channels, double weight_bytes);
 
 // Bytes the machine can give now (MemAvailable).
 double available_memory();

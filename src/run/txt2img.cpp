@@ -265,6 +265,33 @@ struct Extras {
 namespace {
 
 // What a run carries from one plan to the next (a stream runs one plan per batch).
+// Writes each preview of a batch under OUTDIR/previews, named after the image
+// it shows (its own name, or the CompVis number it will most likely get).
+PreviewFn preview_writer(const Txt2ImgJob& job, const PlannedBatch& batch, int next_number, const Txt2ImgEvents& events) {
+    return [&job, &batch, next_number, &events](int step, int, const std::vector<Image>& images) {
+        const std::string dir = join_path(job.outdir, "previews");
+        try {
+            ensure_writable_dir(dir);
+            for (size_t k = 0; k < images.size() && k < batch.images.size(); ++k) {
+                std::string stem = batch.images[k].name;
+                if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".png") == 0) stem.resize(stem.size() - 4);
+                if (stem.empty() || stem.find('/') != std::string::npos) {
+                    char num[16];
+                    std::snprintf(num, sizeof num, "%05d", next_number + static_cast<int>(k));
+                    stem = num;
+                }
+                char suffix[24];
+                std::snprintf(suffix, sizeof suffix, "-step%03d.png", step);
+                const std::string path = join_path(dir, stem + suffix);
+                save_png_replace(path, images[k]);
+                events.preview_written(path);
+            }
+        } catch (const Error& e) {
+            throw RunFailure(std::string("cannot write a preview: ") + e.what());
+        }
+    };
+}
+
 struct RunState {
     Txt2ImgResult result;
     int next_number = -1;  // the next CompVis file number; found once the folder is checked
@@ -302,13 +329,16 @@ void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, co
             if (events.progress) events.progress(info);
             if (stop()) throw Interrupted{};
         };
+        if (events.preview_written) pipeline.set_preview(preview_writer(job, batch, st.next_number, events));
         BatchOutput out;
         try {
             out = pipeline.generate(prompts, plan.items[batch.images[0].item].settings, progress);
         } catch (const Interrupted&) {
+            pipeline.set_preview(nullptr);
             result.interrupted = true;
             return;
         }
+        pipeline.set_preview(nullptr);  // its writer refers to this batch
         const double seconds = clock.end_batch();
         write_batch(job, plan, batch, out, seconds, st.next_number, events, result);
         st.extras.add(job, plan, batch, out);

@@ -51,7 +51,7 @@ std::vector<sd::LoraMerge> merges(const std::string& c, double lower = 0) {
 
 torch::jit::Module merged_stage(const std::string& stage, const std::vector<sd::LoraMerge>& loras) {
     const std::string which = stage == "unet.pt" ? "unet" : "text_encoder";
-    return sd::load_stage(model() + "/" + stage, at::kFloat, c10::kCPU,
+    return sd::load_stage(model() + "/" + stage, at::kFloat, c10::kCPU, nullptr,
                           [&](torch::jit::Module& m) { sd::merge_loras(m, which, loras); });
 }
 
@@ -128,7 +128,7 @@ TEST(LoraMerge, OnlyTargetsChange) {
 TEST(LoraMerge, HalfWeightsAfterMerge) {
     c10::InferenceMode guard;
     const auto loras = merges(kCases[0]);
-    auto m = sd::load_stage(model() + "/unet.pt", at::kHalf, c10::kCPU,
+    auto m = sd::load_stage(model() + "/unet.pt", at::kHalf, c10::kCPU, nullptr,
                             [&](torch::jit::Module& s) { sd::merge_loras(s, "unet", loras); });
     const auto ref = reference_merged(kCases[0]);
     for (const auto& p : m.named_parameters(true)) {

@@ -1,0 +1,61 @@
+#include "engine/vae_override.h"
+
+#include <sstream>
+
+#include "engine/addon_weights.h"
+#include "io/weight_file.h"
+#include "sd/error.h"
+
+namespace sd {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& head) { return s.compare(0, head.size(), head) == 0; }
+
+std::string shape_text(at::IntArrayRef shape) {
+    std::ostringstream o;
+    o << '[';
+    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
+    o << ']';
+    return o.str();
+}
+
+// A name as vae_decoder.weights spells it, or "" for tensors that are not the
+// decoder's. A .ckpt's tensors sit under "state_dict." (read_addon_weights
+// names them by their dict path); a full checkpoint's VAE under "first_stage_model.".
+std::string decoder_name(std::string name) {
+    for (const char* head : {"state_dict.", "first_stage_model."})
+        if (starts_with(name, head)) name.erase(0, std::string(head).size());
+    return starts_with(name, "decoder.") || starts_with(name, "post_quant_conv.") ? name : "";
+}
+
+}  // namespace
+
+std::map<std::string, at::Tensor> read_vae_override(const std::string& path, const std::string& model_weights) {
+    std::map<std::string, at::Tensor> found;
+    for (auto& [name, t] : read_addon_weights(path, "--vae")) {
+        const std::string n = decoder_name(name);
+        if (!n.empty()) found[n] = t.contiguous();
+    }
+    if (found.empty())
+        throw Error("--vae " + path + " holds no VAE decoder tensors (decoder.* and post_quant_conv.*, bare or under "
+                    "first_stage_model.)");
+    const auto model = read_weight_index(model_weights);
+    for (const auto& e : model) {
+        const auto it = found.find(e.name);
+        if (it == found.end()) throw Error("--vae " + path + " lacks the tensor " + e.name + " of this model's VAE decoder");
+        if (it->second.sizes() != at::IntArrayRef(e.shape))
+            throw Error("--vae " + path + ": " + e.name + " is " + shape_text(it->second.sizes()) + ", this model's VAE has " +
+                        shape_text(e.shape) + " (a VAE for another model family?)");
+    }
+    if (found.size() != model.size()) {
+        for (const auto& [name, t] : found) {
+            bool known = false;
+            for (const auto& e : model) known = known || e.name == name;
+            if (!known) throw Error("--vae " + path + ": " + name + " is not a tensor of this model's VAE decoder");
+        }
+    }
+    return found;
+}
+
+}  // namespace sd
