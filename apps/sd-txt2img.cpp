@@ -176,7 +176,7 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
     app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
-    app.add_option("--schedule", job.settings.schedule, "k-diffusion samplers' sigmas: default or karras; PLMS/DDIM timesteps: default (CompVis), leading or trailing (any --steps)")->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule, "k-diffusion samplers' sigmas: default or karras, or trailing for euler and euler_a (diffusers', the Turbo recipe); PLMS/DDIM timesteps: default (CompVis), leading or trailing (any --steps); lcm: default only")->capture_default_str();
     app.add_flag("--plms", f.plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
     app.add_option("--outdir", f.outdir, "output folder")->capture_default_str();
     app.add_option("--name", job.name_pattern,
@@ -327,6 +327,14 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
         if (!app.count("--W")) job.settings.width = native;
     }
     if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
+    // The model's recorded sampler recipe (model.json default_*): its steps and
+    // schedule belong to its sampler, so they apply only when --sampler does too.
+    const sd::ModelConfig& c = pipeline.config();
+    if (!c.default_sampler.empty() && !app.count("--sampler") && !f.plms) {
+        job.settings.sampler = c.default_sampler;
+        if (c.default_steps > 0 && !app.count("--steps")) job.settings.steps = c.default_steps;
+        if (!c.default_schedule.empty() && !app.count("--schedule")) job.settings.schedule = c.default_schedule;
+    }
     job.model_name = model_name(pipeline.config(), f.model_dir);
 }
 

@@ -24,6 +24,12 @@ struct ModelConfig {
     std::string architecture_json;  // "architecture" of model.json (sizes of the three networks), as JSON text
 
     std::string text_encoder_path, unet_path, vae_decoder_path, vocab_path, merges_path;
+
+    // The sampler recipe the model is meant for (model.json "default_sampler",
+    // "default_steps", "default_schedule"; with guidance_scale above), used by
+    // the CLI where the user gives no flag. Empty / 0: not recorded.
+    std::string default_sampler, default_schedule;
+    int default_steps = 0;
 };
 
 // Reads DIR/model.json and checks that every file it names exists.

@@ -44,6 +44,10 @@ struct StagePeaks {
     long long text_kept = 0, unet_kept = 0, vae_kept = 0;
     // Large blocks the allocator handed out over the run, and how many of them were reused.
     long long large_blocks = 0, reused_blocks = 0;
+    // The sampler's model evaluations and the UNet rows they ran (two per image
+    // with guidance, one at --scale 1), and the 77-token windows the text
+    // encoder ran (none for the negative prompt at --scale 1); --verbose reports them.
+    long long unet_evaluations = 0, unet_rows = 0, text_rows = 0;
 };
 
 // Seconds spent loading each stage over all generate() calls (sequential

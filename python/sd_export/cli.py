@@ -7,6 +7,34 @@ import warnings
 from .export import export
 from .report import PROG, ExportError, one_line, say
 
+# The C++ tool's samplers and the --schedule values each takes (src/sampling/sampler_list.h).
+SAMPLER_SCHEDULES = {
+    "plms": ("default", "leading", "trailing"),
+    "ddim": ("default", "leading", "trailing"),
+    "euler": ("default", "karras", "trailing"),
+    "euler_a": ("default", "karras", "trailing"),
+    "dpmpp_2m": ("default", "karras"),
+    "lcm": ("default",),
+}
+SAMPLERS = tuple(SAMPLER_SCHEDULES)
+SCHEDULES = ("default", "karras", "leading", "trailing")
+LCM_MAX_STEPS = 50  # LCMScheduler's origin grid
+
+
+def check_default_recipe(p, args):
+    """--default-sampler/-steps/-schedule: a recipe the C++ tool will accept (it checks model.json again)."""
+    if args.default_sampler is None:
+        if args.default_steps is not None or args.default_schedule is not None:
+            p.error("--default-steps and --default-schedule need --default-sampler")
+        return
+    if args.default_steps is not None and not 1 <= args.default_steps <= 10000:
+        p.error("--default-steps must be from 1 to 10000")
+    if args.default_sampler == "lcm" and args.default_steps is not None and args.default_steps > LCM_MAX_STEPS:
+        p.error(f"--default-steps {args.default_steps}: the lcm sampler runs 1 to {LCM_MAX_STEPS} steps")
+    schedule = args.default_schedule or "default"
+    if schedule not in SAMPLER_SCHEDULES[args.default_sampler]:
+        p.error(f"--default-schedule {schedule} does not apply to {args.default_sampler}")
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog=PROG, description="Export a Stable Diffusion 1.x or 2.x checkpoint "
@@ -24,9 +52,17 @@ def parse_args(argv):
     p.add_argument("--parameterization", choices=("eps", "v"),
                    help="what the UNet predicts; default: from the config or scheduler, else assumed "
                    "(SD 1.x: eps; SD 2.x: v, or eps when the file name says 512 or base)")
-    p.add_argument("--guidance-scale", type=float,
+    p.add_argument("--guidance-scale", "--default-scale", dest="guidance_scale", type=float,
                    help="the guidance scale the model is meant for: the CLI's --scale default for it "
-                   "(default: none recorded, so the CLI's 7.5)")
+                   "(default: none recorded, so the CLI's 7.5); 1 is the cond alone (LCM, Turbo)")
+    # The sampler recipe the model is meant for (model.json default_*), the CLI's
+    # defaults for it; the names are those of src/sampling/sampler_list.h.
+    p.add_argument("--default-sampler", choices=SAMPLERS,
+                   help="the sampler the CLI uses for this model when --sampler is not given (e.g. lcm)")
+    p.add_argument("--default-steps", type=int,
+                   help="its step count when --steps is not given (needs --default-sampler)")
+    p.add_argument("--default-schedule", choices=SCHEDULES,
+                   help="its --schedule when not given (needs --default-sampler; e.g. trailing with euler_a)")
     p.add_argument("--random-init", action="store_true",
                    help="random weights instead of a checkpoint (for tests and performance work)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
@@ -39,6 +75,7 @@ def parse_args(argv):
         p.error("give either CHECKPOINT or --random-init, not both")
     if args.guidance_scale is not None and not (0 < args.guidance_scale <= 100):
         p.error("--guidance-scale must be above 0 and at most 100")
+    check_default_recipe(p, args)
     if args.vae and args.random_init:
         p.error("--vae replaces a checkpoint's VAE; it does not go with --random-init")
     if not args.random_init and not args.checkpoint:

@@ -122,6 +122,10 @@ def export(args):
                              r["parameterization_source"], r["latent_size"])
     if args.guidance_scale is not None:
         info["guidance_scale"] = args.guidance_scale
+    # The sampler recipe the model is meant for (docs/model-format.md).
+    for key in ("default_sampler", "default_steps", "default_schedule"):
+        if getattr(args, key, None) is not None:
+            info[key] = getattr(args, key)
     if loras:
         info["loras"] = loras  # what was baked in: name, weight, A1111 short hash
     stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info)

@@ -41,7 +41,8 @@ std::vector<at::Tensor> encode_all(const TextEncodeFn& encode, const std::vector
 Conditioning encode_conditioning(const TextEncodeFn& encode, const ClipTokenizer& tok, const ModelConfig& c,
                                  const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                                  const PromptSyntax& syntax) {
-    if (prompts.size() != negatives.size()) throw Error("every prompt needs its negative prompt (may be empty)");
+    if (!negatives.empty() && prompts.size() != negatives.size())
+        throw Error("every prompt needs its negative prompt (may be empty)");
     const int64_t L = c.context_length;
     auto tokenize = [&](const std::vector<std::string>& texts) {
         std::vector<PromptChunks> v;
@@ -50,7 +51,8 @@ Conditioning encode_conditioning(const TextEncodeFn& encode, const ClipTokenizer
     };
     const auto pos = tokenize(prompts), neg = tokenize(negatives);
     // Prompts and negatives in separate encoder calls, as the reference encodes cond and uncond.
-    auto cond = encode_all(encode, pos, L), uncond = encode_all(encode, neg, L);
+    auto cond = encode_all(encode, pos, L);
+    auto uncond = neg.empty() ? std::vector<at::Tensor>{} : encode_all(encode, neg, L);
 
     int64_t longest = 0;
     for (const auto* side : {&cond, &uncond})
@@ -65,7 +67,7 @@ Conditioning encode_conditioning(const TextEncodeFn& encode, const ClipTokenizer
             z = at::cat(parts);
         }
     }
-    return {at::stack(cond), at::stack(uncond)};
+    return {at::stack(cond), uncond.empty() ? at::Tensor() : at::stack(uncond)};
 }
 
 }  // namespace sd

@@ -262,7 +262,10 @@ struct TorchPipeline::Impl {
     Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                              const GenerateSettings& s) {
         auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
-        TextEncodeFn encode = [&](const at::Tensor& ids) { return to_host(te.forward({ids.to(device)}).toTensor()); };
+        TextEncodeFn encode = [&](const at::Tensor& ids) {
+            peaks.text_rows += ids.size(0);
+            return to_host(te.forward({ids.to(device)}).toTensor());
+        };
         return encode_conditioning(encode, *tokenizer, config, prompts, negatives, {s.long_prompts, s.prompt_weights});
     }
 
@@ -385,7 +388,7 @@ const StageTimes& TorchPipeline::timings() const { return impl_->times; }
 
 void TorchPipeline::check(const GenerateSettings& s) const {
     const auto& c = impl_->config;
-    check_sampler_settings(s.sampler, s.schedule);
+    check_sampler_settings(s.sampler, s.schedule, s.steps);
     parse_parameterization(c.parameterization);
     const int T = static_cast<int>(c.alphas_cumprod.size());
     if (s.steps < 1 || s.steps > T)
@@ -444,7 +447,10 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
         // Text: the unconditional embedding is the encoder's output for "" (not zeros).
         start_measure();
         const double text_start = seconds_since_process_start(), text_load_before = im.times.text_load;
-        auto [cond, uncond] = im.encode_text(prompts, std::vector<std::string>(prompts.size(), s.negative_prompt), s);
+        // Scale 1 is the cond alone: the negative prompt is not even encoded (diffusers' guidance_scale <= 1).
+        const bool guided = s.scale != 1.0;
+        auto [cond, uncond] =
+            im.encode_text(prompts, std::vector<std::string>(guided ? prompts.size() : 0, s.negative_prompt), s);
         if (first_batch)
             im.times.first_text_encode =
                 seconds_since_process_start() - text_start - (im.times.text_load - text_load_before);
@@ -458,7 +464,7 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
         set_attention(unet, {plan.attention_mode, plan.attention_chunk});
         set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
         const double scale = s.scale;
-        const at::Tensor context = im.to_device(scale == 1.0 ? cond : at::cat({uncond, cond}));
+        const at::Tensor context = im.to_device(guided ? at::cat({uncond, cond}) : cond);
         const int64_t rows_per_pass = plan.unet_rows;
         auto run_unet = [&](const at::Tensor& xs, const at::Tensor& ts) {
             const int64_t rows = xs.size(0);
@@ -472,7 +478,9 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
             return at::cat(parts);
         };
         EpsFn eps = [&](const at::Tensor& xt, const at::Tensor& t) -> at::Tensor {
-            if (scale == 1.0) return run_unet(xt, t);
+            ++im.peaks.unet_evaluations;
+            im.peaks.unet_rows += xt.size(0) * (guided ? 2 : 1);
+            if (!guided) return run_unet(xt, t);
             auto parts = run_unet(at::cat({xt, xt}), at::cat({t, t})).chunk(2);
             return parts[0] + scale * (parts[1] - parts[0]);
         };

@@ -126,19 +126,27 @@ at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac
 // Sigmas are 0-dim float32 tensors and every formula is written with the
 // reference's tensor ops, so that the float32 rounding is the reference's.
 // CompVisDenoiser (eps) / CompVisVDenoiser (v) around the guided model:
-// D(x, sigma) with c_in = 1 / sqrt(sigma^2 + 1) and the continuous timestep.
+// D(x, sigma, step) with c_in = 1 / sqrt(sigma^2 + 1) and the continuous
+// timestep. With step_t (--schedule trailing) it is diffusers' Euler
+// schedulers instead: x / sqrt(sigma^2 + 1) and the step's own timestep.
 struct Denoiser {
     const ModelFn& model;
     Parameterization p;
     at::Tensor log_sigmas;
+    std::vector<int> step_t;  // diffusers: each step's timestep; empty: k-diffusion's sigma_to_t
 
-    at::Tensor operator()(const at::Tensor& x, const at::Tensor& sigma) const {
+    at::Tensor operator()(const at::Tensor& x, const at::Tensor& sigma, int step) const {
         const int64_t b = x.size(0);
         auto s = sigma * at::ones({b}, at::kFloat);  // sigmas[i] * s_in
         auto s4 = s.view({b, 1, 1, 1});
         auto sum = at::pow(s4, 2) + 1.0;  // sigma^2 + sigma_data^2
-        auto c_in = 1.0 / at::pow(sum, 0.5);
-        auto out = model(x * c_in, sigma_to_t(s, log_sigmas));
+        at::Tensor out;
+        if (step_t.empty()) {
+            auto c_in = 1.0 / at::pow(sum, 0.5);
+            out = model(x * c_in, sigma_to_t(s, log_sigmas));
+        } else {  // scale_model_input, and the float timestep diffusers passes
+            out = model(x / at::pow(sum, 0.5), at::full({b}, static_cast<float>(step_t.at(static_cast<size_t>(step))), at::kFloat));
+        }
         if (p == Parameterization::Eps) return x + out * (-s4);  // c_out = -sigma
         auto c_skip = 1.0 / sum;
         auto c_out = -s4 * 1.0 / at::pow(sum, 0.5);
@@ -153,7 +161,7 @@ at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, 
     for (int i = 0; i < total; ++i) {
         at::randn(x.sizes(), gen, x.options());  // k-diffusion draws it even with s_churn = 0
         auto sigma = sigmas[i] * 1.0;  // sigma_hat = sigma * (gamma + 1), gamma = 0
-        auto denoised = D(x, sigma);
+        auto denoised = D(x, sigma, i);
         auto d = to_d(x, sigma, denoised);
         x = x + d * (sigmas[i + 1] - sigma);
         if (on_step) on_step(i, total, x, denoised);
@@ -161,19 +169,22 @@ at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, 
     return x;
 }
 
+// k-diffusion's sample_euler_ancestral; with `diffusers` set,
+// EulerAncestralDiscreteScheduler's step, which draws its noise in every step
+// (the last one's multiplied by sigma_up = 0) and does not clamp sigma_up.
 at::Tensor run_euler_ancestral(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, at::Generator& gen,
-                               const StepFn& on_step) {
+                               const StepFn& on_step, bool diffusers) {
     const int total = static_cast<int>(sigmas.size(0)) - 1;
     for (int i = 0; i < total; ++i) {
         auto from = sigmas[i], to = sigmas[i + 1];
-        auto denoised = D(x, from);
+        auto denoised = D(x, from, i);
         // get_ancestral_step with eta = 1
         auto up = at::pow(at::pow(to, 2) * (at::pow(from, 2) - at::pow(to, 2)) / at::pow(from, 2), 0.5);
-        if (to.item<float>() < up.item<float>()) up = to;
+        if (!diffusers && to.item<float>() < up.item<float>()) up = to;
         auto down = at::pow(at::pow(to, 2) - at::pow(up, 2), 0.5);
         auto d = to_d(x, from, denoised);
         x = x + d * (down - from);
-        if (to.item<float>() > 0) x = x + at::randn(x.sizes(), gen, x.options()) * 1.0 * up;
+        if (diffusers || to.item<float>() > 0) x = x + at::randn(x.sizes(), gen, x.options()) * 1.0 * up;
         if (on_step) on_step(i, total, x, denoised);
     }
     return x;
@@ -185,7 +196,7 @@ at::Tensor run_dpmpp_2m(const Denoiser& D, at::Tensor x, const at::Tensor& sigma
     auto sigma_of = [](const at::Tensor& t) { return t.neg().exp(); };
     at::Tensor old_denoised;
     for (int i = 0; i < total; ++i) {
-        auto denoised = D(x, sigmas[i]);
+        auto denoised = D(x, sigmas[i], i);
         auto t = t_of(sigmas[i]), t_next = t_of(sigmas[i + 1]);
         auto h = t_next - t;
         auto ratio = sigma_of(t_next) / sigma_of(t);
@@ -198,6 +209,36 @@ at::Tensor run_dpmpp_2m(const Denoiser& D, at::Tensor x, const at::Tensor& sigma
             x = ratio * x - (-h).expm1() * denoised_d;
         }
         old_denoised = denoised;
+        if (on_step) on_step(i, total, x, denoised);
+    }
+    return x;
+}
+
+// ---------------------------------------------------------------- LCM
+
+// diffusers' LCMScheduler: x_T is the start noise (init sigma 1), the UNet gets
+// x and the integer t; each step's denoised = c_out pred_x0 + c_skip x is
+// noised again to the next timestep of the list with a fresh draw, except in
+// the last step, whose denoised is the result.
+at::Tensor run_lcm(const ModelFn& model, Parameterization p, at::Tensor x, const std::vector<float>& ac, int steps,
+                   at::Generator& gen, const StepFn& on_step) {
+    const std::vector<int> ts = lcm_timesteps(steps, static_cast<int>(ac.size()));
+    const int total = static_cast<int>(ts.size());
+    for (int i = 0; i < total; ++i) {
+        const int t = ts[static_cast<size_t>(i)];
+        auto out = model(x, timestep_tensor(x.size(0), t));
+        auto a_t = at::scalar_tensor(ac.at(static_cast<size_t>(t)), at::kFloat);
+        auto b_t = 1 - a_t;
+        auto pred_x0 = p == Parameterization::Eps ? (x - b_t.sqrt() * out) / a_t.sqrt() : a_t.sqrt() * x - b_t.sqrt() * out;
+        auto [c_skip, c_out] = lcm_scalings(t);
+        auto denoised = c_out * pred_x0 + c_skip * x;
+        if (i + 1 < total) {
+            auto a_prev = at::scalar_tensor(ac.at(static_cast<size_t>(ts[static_cast<size_t>(i) + 1])), at::kFloat);
+            auto noise = at::randn(x.sizes(), gen, x.options());
+            x = a_prev.sqrt() * denoised + (1 - a_prev).sqrt() * noise;
+        } else {
+            x = denoised;
+        }
         if (on_step) on_step(i, total, x, denoised);
     }
     return x;
@@ -220,10 +261,14 @@ struct KStart {
     at::Tensor x;
 };
 
+// With --schedule trailing the start is diffusers' init_noise_sigma, the
+// largest sigma, which for these descending sigmas is sigmas[0] as well.
 KStart k_start(const SamplerRun& r) {
     at::Tensor sigmas = k_sigmas(r.s.schedule, r.s.steps, r.ac);
     at::Tensor x = r.noise * sigmas[0];
-    return {sigmas, Denoiser{r.model, r.s.parameterization, model_sigmas(r.ac).log()}, std::move(x)};
+    std::vector<int> step_t;
+    if (r.s.schedule == "trailing") step_t = trailing_timesteps(r.s.steps, static_cast<int>(r.ac.size()));
+    return {sigmas, Denoiser{r.model, r.s.parameterization, model_sigmas(r.ac).log(), std::move(step_t)}, std::move(x)};
 }
 
 // One function per row of sampling/sampler_list.h.
@@ -243,12 +288,17 @@ at::Tensor sample_euler(const SamplerRun& r) {
 
 at::Tensor sample_euler_a(const SamplerRun& r) {
     KStart k = k_start(r);
-    return run_euler_ancestral(k.denoiser, std::move(k.x), k.sigmas, r.gen, r.on_step);
+    const bool diffusers = r.s.schedule == "trailing";
+    return run_euler_ancestral(k.denoiser, std::move(k.x), k.sigmas, r.gen, r.on_step, diffusers);
 }
 
 at::Tensor sample_dpmpp_2m(const SamplerRun& r) {
     KStart k = k_start(r);
     return run_dpmpp_2m(k.denoiser, std::move(k.x), k.sigmas, r.on_step);
+}
+
+at::Tensor sample_lcm(const SamplerRun& r) {
+    return run_lcm(r.model, r.s.parameterization, r.noise, r.ac, r.s.steps, r.gen, r.on_step);
 }
 
 }  // namespace
@@ -284,10 +334,25 @@ at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<fl
         const double max_inv_rho = std::pow(static_cast<double>(sigmas[T - 1].item<float>()), 1 / rho);
         auto ramp = at::linspace(0.0, 1.0, steps, at::kFloat);
         s = at::pow(ramp * (min_inv_rho - max_inv_rho) + max_inv_rho, rho);
+    } else if (schedule == "trailing") {
+        // diffusers' Euler schedulers: the model's sigmas at the trailing timesteps
+        // (np.interp at whole timesteps is the table's value).
+        const auto ts = trailing_timesteps(steps, static_cast<int>(T));
+        s = sigmas.index_select(0, at::tensor(std::vector<int64_t>(ts.begin(), ts.end()), at::kLong));
     } else {
-        throw Error("unknown schedule '" + schedule + "' (choose default or karras)");
+        throw Error("unknown schedule '" + schedule + "' (choose default, karras or trailing)");
     }
     return at::cat({s, at::zeros({1}, at::kFloat)});
+}
+
+// LCMScheduler's boundary-condition scalings at integer timestep t
+// (timestep_scaling 10, sigma_data 0.5), as its float32 tensor ops round them.
+std::pair<at::Tensor, at::Tensor> lcm_scalings(int t) {
+    auto scaled = at::scalar_tensor(static_cast<double>(t), at::kFloat) * 10.0;
+    auto den = at::pow(scaled, 2) + 0.25;
+    auto c_skip = at::reciprocal(den) * 0.25;  // python's 0.25 / tensor
+    auto c_out = scaled / at::pow(den, 0.5);
+    return {c_skip, c_out};
 }
 
 at::Tensor sigma_to_t(const at::Tensor& sigma, const at::Tensor& log_sigmas) {
@@ -307,7 +372,7 @@ at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noi
                   at::Generator& gen, const StepFn& on_step) {
     check_sampler_settings(s.sampler, s.schedule);
     using Fn = at::Tensor (*)(const SamplerRun&);
-#define SD_SAMPLER_FN(function, name, a1111, family) {name, &sample_##function},
+#define SD_SAMPLER_FN(function, name, a1111, family, schedules) {name, &sample_##function},
     static const std::pair<const char*, Fn> functions[] = {SD_SAMPLERS(SD_SAMPLER_FN)};
 #undef SD_SAMPLER_FN
     const SamplerRun run{s, model, std::move(noise), ac, gen, on_step};

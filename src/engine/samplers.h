@@ -1,11 +1,14 @@
 // The samplers: CompVis PLMS and DDIM (eta = 0), op for op as ldm's plms.py /
 // ddim.py do them in float32 including their random draws, and the
 // k-diffusion Euler, Euler ancestral and DPM++ 2M samplers (crowsonkb/
-// k-diffusion sampling.py, CompVisDenoiser) with model or Karras sigmas.
+// k-diffusion sampling.py, CompVisDenoiser) with model or Karras sigmas,
+// diffusers' Euler schedulers with "trailing" timesteps (the SD-Turbo recipe),
+// and diffusers' LCMScheduler.
 // Models predicting v instead of eps are handled here (see sample()).
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -30,7 +33,7 @@ Parameterization parse_parameterization(const std::string& name);
 
 struct SamplerSettings {
     std::string sampler = default_sampler();  // a name of sd/samplers.h
-    std::string schedule = "default";  // k-samplers: default (the model's sigmas) | karras; PLMS/DDIM: default | leading | trailing
+    std::string schedule = "default";  // the sampler row's schedules (sampling/sampler_list.h)
     int steps = 50;
     Parameterization parameterization = Parameterization::Eps;
 };
@@ -44,7 +47,11 @@ struct SamplerSettings {
 //   euler: one per step, drawn at its start and discarded (k-diffusion's
 //     s_churn = 0 path still draws it);
 //   euler_a: one per step except the last, added at the end of the step;
-//   dpmpp_2m: none.
+//     with --schedule trailing (diffusers) one in every step, the last too;
+//   dpmpp_2m: none;
+//   lcm: one per step except the last, at the end of the step.
+// --schedule trailing for euler and euler_a is diffusers': x_T = noise * the
+// largest sigma, the UNet gets x / sqrt(sigma^2 + 1) and the float timestep.
 // v models: PLMS and the k-samplers convert each guided output to eps
 // (eps = sqrt(a) v + sqrt(1 - a) x, k-diffusion's CompVisVDenoiser for the
 // k-samplers); DDIM follows Stability-AI's ddim.py v branch.
@@ -60,8 +67,11 @@ at::Tensor sample(const std::string& sampler, const EpsFn& eps, at::Tensor x, co
 at::Tensor model_sigmas(const std::vector<float>& alphas_cumprod);
 // The steps + 1 sigmas of a run, descending, last 0: "default" = k-diffusion's
 // get_sigmas (timesteps linspace(T-1, 0, steps), log-linear between the model's
-// sigmas); "karras" = get_sigmas_karras(steps, sigma_min, sigma_max, rho 7).
+// sigmas); "karras" = get_sigmas_karras(steps, sigma_min, sigma_max, rho 7);
+// "trailing" = diffusers' sigmas at the trailing timesteps (schedule.h).
 at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<float>& alphas_cumprod);
+// LCMScheduler's c_skip and c_out at integer timestep t (0-dim float32).
+std::pair<at::Tensor, at::Tensor> lcm_scalings(int t);
 // The continuous timestep of each sigma (CompVisDenoiser.sigma_to_t, quantize=False).
 at::Tensor sigma_to_t(const at::Tensor& sigma, const at::Tensor& log_sigmas);
 

@@ -9,6 +9,8 @@
 #include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/json_depth.h"
+#include "sd/samplers.h"
+#include "sd/value_rules.h"
 
 namespace sd {
 
@@ -79,6 +81,23 @@ void check_architecture_numbers(const nlohmann::json& a, const std::string& path
     }
 }
 
+// "default_sampler", "default_steps", "default_schedule": a recipe the
+// sampler list accepts, or one line naming the key.
+void read_default_recipe(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
+    c.default_sampler = checked_string(j, "default_sampler", "", path);
+    c.default_schedule = checked_string(j, "default_schedule", "", path);
+    c.default_steps = checked_int(j, "default_steps", 0, 1, kStepsRange.hi, path);
+    if (c.default_sampler.empty() && (!c.default_schedule.empty() || c.default_steps > 0))
+        throw Error(path + ": \"default_steps\" and \"default_schedule\" need the \"default_sampler\" they belong to");
+    if (c.default_sampler.empty()) return;
+    try {
+        check_sampler_settings(c.default_sampler, c.default_schedule.empty() ? "default" : c.default_schedule,
+                               c.default_steps > 0 ? c.default_steps : 1);
+    } catch (const Error& e) {
+        throw Error(path + ": the recorded default sampler: " + e.what());
+    }
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& dir) {
@@ -120,6 +139,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
             c.alphas_cumprod.push_back(v.get<float>());
         }
         c.source = checked_string(j, "source", "", path);
+        read_default_recipe(j, path, c);
         if (j.contains("architecture")) {
             if (!j["architecture"].is_object()) throw Error(path + ": \"architecture\" must be a JSON object");
             check_architecture_numbers(j["architecture"], path, "architecture");

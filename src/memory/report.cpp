@@ -26,6 +26,9 @@ std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, cons
     out += buf;
     out += "sd-txt2img: allocator: " + std::to_string(m.reused_blocks) + " of " + std::to_string(m.large_blocks) +
            " large blocks reused\n";
+    // Rows per evaluation and image: 2 with guidance, 1 at --scale 1 (the cond alone).
+    out += "sd-txt2img: unet: " + std::to_string(m.unet_evaluations) + " model evaluations, " + std::to_string(m.unet_rows) +
+           " UNet rows, " + std::to_string(m.text_rows) + " text encoder rows (last batch)\n";
     return out;
 }
 

@@ -84,6 +84,12 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.sampler) item.settings.sampler = *o.sampler;
     if (o.schedule) item.settings.schedule = *o.schedule;
     item.n_iter = o.n_iter.value_or(job.n_iter);
+    try {  // before any model loads
+        check_sampler_settings(item.settings.sampler, item.settings.schedule, item.settings.steps);
+    } catch (const Error& e) {
+        if (item.line == 0) throw;
+        throw Error(item.where + ": " + e.what());
+    }
     item.seed = o.seed;
     if (item.seed && job.seed_mode != SeedMode::per_image)
         throw Error(item.where + ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");

@@ -1,8 +1,10 @@
 #include "sampling/schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "sd/error.h"
+#include "sd/samplers.h"
 
 namespace sd {
 
@@ -40,10 +42,43 @@ std::vector<int> compvis_timesteps(int steps, int num_train_timesteps, const std
         const int offset = (steps - 1) * c + 1 <= T - 1 ? 1 : 0;
         for (int i = 0; i < steps; ++i) ts.push_back(i * c + offset);
     } else if (spacing == "trailing") {
-        for (int i = steps - 1; i >= 0; --i)
-            ts.push_back(static_cast<int>(std::lround(T - static_cast<double>(i) * T / steps)) - 1);
+        ts = trailing_timesteps(steps, T);
+        std::reverse(ts.begin(), ts.end());
     } else {
         throw Error("unknown spacing '" + spacing + "' (choose default, leading or trailing)");
+    }
+    return ts;
+}
+
+std::vector<int> trailing_timesteps(int steps, int num_train_timesteps) {
+    const int T = num_train_timesteps;
+    if (steps < 1 || steps > T)
+        throw Error("steps must be between 1 and " + std::to_string(T) + ", got " + std::to_string(steps));
+    // numpy's arange: start + i * delta, delta = (start + step) - start; np.round
+    // rounds halves to even (S = 16: 812.5 -> 812), which nearbyint does in the
+    // default rounding mode.
+    const double step = -static_cast<double>(T) / steps;
+    const double delta = (T + step) - T;
+    std::vector<int> ts;
+    for (int i = 0; i < steps; ++i) ts.push_back(static_cast<int>(std::nearbyint(T + i * delta)) - 1);
+    return ts;
+}
+
+std::vector<int> lcm_timesteps(int steps, int num_train_timesteps) {
+    const int origin = kLcmOriginSteps;
+    if (steps < 1 || steps > origin)
+        throw Error("--steps " + std::to_string(steps) + " does not work with the LCM sampler: its timesteps are taken from a " +
+                    std::to_string(origin) + "-step grid, so it runs 1 to " + std::to_string(origin) +
+                    " steps (as diffusers' LCMScheduler)");
+    const int k = num_train_timesteps / origin;
+    if (k < 1)
+        throw Error("the LCM sampler needs a noise schedule of at least " + std::to_string(origin) + " timesteps; this model has " +
+                    std::to_string(num_train_timesteps));
+    const double stride = static_cast<double>(origin) / steps;  // linspace(0, 50, steps, endpoint=False)
+    std::vector<int> ts;
+    for (int i = 0; i < steps; ++i) {
+        const int idx = static_cast<int>(std::floor(i * stride));
+        ts.push_back((origin - idx) * k - 1);  // the grid reversed: entry idx of 50k-1, ..., k-1
     }
     return ts;
 }

@@ -19,6 +19,17 @@ std::vector<int> compvis_timesteps(int steps, int num_train_timesteps);
 //             the first step always starts at T - 1, the noisiest timestep.
 std::vector<int> compvis_timesteps(int steps, int num_train_timesteps, const std::string& spacing);
 
+// diffusers' "trailing" timesteps, descending: round(arange(T, 0, -T / steps)) - 1
+// with numpy's rounding (half to even), e.g. 4 steps -> 999, 749, 499, 249.
+// Requires 1 <= steps <= T.
+std::vector<int> trailing_timesteps(int steps, int num_train_timesteps);
+
+// diffusers' LCMScheduler timesteps, descending: of its origin grid
+// (k = T / 50; k-1, 2k-1, ..., 50k-1, noisiest first) the entries
+// floor(linspace(0, 50, steps, endpoint=False)), e.g. 4 -> 999, 759, 499, 259.
+// Throws sd::Error unless 1 <= steps <= 50 (diffusers refuses more) and T >= 50.
+std::vector<int> lcm_timesteps(int steps, int num_train_timesteps);
+
 // Steps a sampler really runs with a schedule (sd/samplers.h's sampler_step_count
 // for the default one). Throws sd::Error when the count cannot run.
 int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, int num_train_timesteps);

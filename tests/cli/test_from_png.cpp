@@ -60,9 +60,11 @@ TEST(FromPng, EverySamplerAndSeedModeRemakesTheSamePng) {
     jsonl += R"({"prompt": "a red fox", "scale": 3.5, "negative_prompt": "blurry, dark"})" "\n";
     // 3 steps: refused by the CompVis spacing, taken by trailing
     jsonl += R"({"prompt": "a red fox", "sampler": "ddim", "schedule": "trailing", "steps": 3})" "\n";
+    // the Turbo recipe: diffusers' trailing Euler ancestral, the cond alone
+    jsonl += R"({"prompt": "a red fox", "sampler": "euler_a", "schedule": "trailing", "steps": 2, "scale": 1})" "\n";
     sdtest::write_text(dir + "/p.jsonl", jsonl);
     keep(sdtest::run(plus(fast_args(dir + "/per"), {"--from-file", dir + "/p.jsonl", "--seed-mode", "per-image", "--seed", "7"})));
-    ASSERT_EQ(originals.size(), sd::samplers().size() + 3);
+    ASSERT_EQ(originals.size(), sd::samplers().size() + 4);
     // compvis seeds: one run per sampler (each image the first of its run), the first with a random seed
     for (size_t i = 0; i < sd::samplers().size(); ++i) {
         const std::string& s = sd::samplers()[i].name;
@@ -72,7 +74,9 @@ TEST(FromPng, EverySamplerAndSeedModeRemakesTheSamePng) {
     sdtest::write_text(dir + "/three.txt", "a red fox\na (blue:1.4) bird\na green frog\n");
     keep(sdtest::run(plus(fast_args(dir + "/batch"), {"--from-file", dir + "/three.txt", "--n_samples", "3", "--sampler",
                                                       "euler_a", "--prompt-syntax", "plain", "--seed", "11"})));
-    ASSERT_EQ(originals.size(), 2 * sd::samplers().size() + 6);
+    ASSERT_EQ(originals.size(), 2 * sd::samplers().size() + 7);
+    EXPECT_NE(parameters_of(originals[sd::samplers().size() + 3]).find("Sampler: Euler a, Schedule type: Trailing, CFG scale: 1,"),
+              std::string::npos);
     EXPECT_NE(parameters_of(originals[sd::samplers().size() + 2]).find("Sampler: DDIM, Schedule type: Trailing"), std::string::npos);
     EXPECT_NE(parameters_of(originals.back()).find("Batch size: 3, Batch position: 2, Batch number: 0"), std::string::npos);
     EXPECT_NE(parameters_of(originals.back()).find("Version: " + std::string(sd::kVersionName)), std::string::npos);

@@ -27,6 +27,7 @@ at::Tensor ReplayedUnet::operator()(const at::Tensor& x, const at::Tensor& t) {
     EXPECT_LE(max_abs_diff(x, want_x), 1e-4 * xs[calls].abs().max().item<double>() + 1e-6) << label << " call " << calls;
     if (t.is_floating_point()) EXPECT_LE(max_abs_diff(t, want_t), 1e-4) << label << " call " << calls;
     else EXPECT_TRUE(at::equal(t, want_t)) << label << " call " << calls;
+    if (!guided) return outs[calls++].slice(0, 0, n);
     auto parts = outs[calls++].chunk(2);
     return parts[0] + scale * (parts[1] - parts[0]);
 }

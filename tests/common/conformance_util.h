@@ -24,6 +24,7 @@ struct ReplayedUnet {
     double scale = 7.5;
     std::string label;        // the case, for messages
     int64_t calls = 0;
+    bool guided = true;       // false: one row per image (no CFG), returned as recorded
     at::Tensor operator()(const at::Tensor& x, const at::Tensor& t);
 };
 

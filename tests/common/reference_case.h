@@ -19,8 +19,9 @@ std::vector<std::string> case_cli_args(const nlohmann::json& args, const std::st
 // max|reference|) and images (1 level on at most 0.1% of values).
 void check_cli_case(const std::string& case_dir, const std::string& model_dir, const std::vector<std::string>& extra);
 
-// The same checks for a CLI command line of one's own (argv, without --save-latents).
-void check_cli_run(const std::string& case_dir, std::vector<std::string> args);
+// The same checks for a CLI command line of one's own (args[0] the tool; no
+// --save-latents, which this adds, writing into the temporary folder `out`).
+void check_cli_run(const std::string& case_dir, std::vector<std::string> args, const std::string& out);
 
 // max |latents - reference| / max |reference| of a .npy of final latents (infinite if the shapes differ).
 double latents_relative_error(const std::string& case_dir, const std::string& latents_npy);

@@ -180,17 +180,17 @@ std::vector<std::string> with_flags(std::vector<std::string> args, const std::st
 
 }  // namespace
 
-TEST(LoraCli, FromLoraFlag) { sdtest::check_cli_run(case_dir(kCases[0]), with_flags(case_args(kCases[0], model()), kCases[0])); }
+TEST(LoraCli, FromLoraFlag) { sdtest::check_cli_run(case_dir(kCases[0]), with_flags(case_args(kCases[0], model()), kCases[0]), sdtest::temp_dir()); }
 
 TEST(LoraCli, FromPromptTag) {
     auto args = case_args(kCases[1], model(), " <lora:lora_a:0.6>");
     args.insert(args.end(), {"--lora-dir", lora_dir()});
-    sdtest::check_cli_run(case_dir(kCases[1]), args);
+    sdtest::check_cli_run(case_dir(kCases[1]), args, sdtest::temp_dir());
 }
 
-TEST(LoraCli, TwoStacked) { sdtest::check_cli_run(case_dir(kCases[2]), with_flags(case_args(kCases[2], model()), kCases[2])); }
+TEST(LoraCli, TwoStacked) { sdtest::check_cli_run(case_dir(kCases[2]), with_flags(case_args(kCases[2], model()), kCases[2]), sdtest::temp_dir()); }
 
-TEST(LoraCli, DiffusersFormat) { sdtest::check_cli_run(case_dir(kCases[3]), with_flags(case_args(kCases[3], model()), kCases[3])); }
+TEST(LoraCli, DiffusersFormat) { sdtest::check_cli_run(case_dir(kCases[3]), with_flags(case_args(kCases[3], model()), kCases[3]), sdtest::temp_dir()); }
 
 // The must-FAIL variation through the CLI: multipliers 0.1 lower are far outside the latents' tolerance.
 TEST(LoraCli, MultiplierPointOneLowerFails) {
@@ -207,7 +207,7 @@ TEST(LoraCli, MultiplierPointOneLowerFails) {
 // case without any --lora at run time.
 TEST(LoraExport, BakedStackedCase) {
     const std::string baked = sdtest::test_models() + "/tiny-lora-stacked";
-    sdtest::check_cli_run(case_dir(kCases[2]), case_args(kCases[2], baked));
+    sdtest::check_cli_run(case_dir(kCases[2]), case_args(kCases[2], baked), sdtest::temp_dir());
     // And it is not the plain model: the same line there is far from the case.
     const std::string out = sdtest::temp_dir();
     auto args = case_args(kCases[2], model());

@@ -61,8 +61,57 @@ TEST(SamplerList, LeadingAndTrailingSpacingsTakeAnyStepCount) {
         EXPECT_EQ(sd::sampler_step_count("plms", spacing, 3, 1000), 3);
         EXPECT_EQ(sd::sampler_step_count("ddim", spacing, 30, 1000), 30);
         EXPECT_NO_THROW(sd::check_sampler_settings("ddim", spacing));
-        EXPECT_THROW(sd::check_sampler_settings("euler", spacing), sd::Error);
+        EXPECT_THROW(sd::check_sampler_settings("dpmpp_2m", spacing), sd::Error);
+        EXPECT_THROW(sd::check_sampler_settings("lcm", spacing), sd::Error);
     }
+    EXPECT_THROW(sd::check_sampler_settings("euler", "leading"), sd::Error);
     EXPECT_THROW(sd::sampler_step_count("plms", "default", 3, 1000), sd::Error);
     EXPECT_THROW(sd::compvis_timesteps(10, 1000, "middle"), sd::Error);
+}
+
+// diffusers' "trailing" (the Turbo recipe's timesteps), numpy's rounding included.
+TEST(SamplerList, TrailingTimestepsAreDiffusers) {
+    EXPECT_EQ(sd::trailing_timesteps(1, 1000), (std::vector<int>{999}));
+    EXPECT_EQ(sd::trailing_timesteps(2, 1000), (std::vector<int>{999, 499}));
+    EXPECT_EQ(sd::trailing_timesteps(4, 1000), (std::vector<int>{999, 749, 499, 249}));
+    // 1000 - 3 * 62.5 = 812.5: np.round rounds the half to even (812), not up.
+    const auto ts16 = sd::trailing_timesteps(16, 1000);
+    EXPECT_EQ(ts16[3], 811);
+    EXPECT_EQ(ts16[1], 937);  // 937.5 -> 938 (even), then - 1
+    auto ascending = ts16;
+    std::reverse(ascending.begin(), ascending.end());
+    EXPECT_EQ(sd::compvis_timesteps(16, 1000, "trailing"), ascending);  // PLMS/DDIM use the same list
+    for (const char* sampler : {"euler", "euler_a"}) {
+        EXPECT_NO_THROW(sd::check_sampler_settings(sampler, "trailing"));
+        EXPECT_EQ(sd::sampler_step_count(sampler, "trailing", 1, 1000), 1);
+    }
+}
+
+// diffusers' LCMScheduler: timesteps of the 50-step origin grid (not DDIM's 1000 / S spacing).
+TEST(SamplerList, LcmTimestepsComeFromTheOriginGrid) {
+    EXPECT_EQ(sd::lcm_timesteps(4, 1000), (std::vector<int>{999, 759, 499, 259}));
+    EXPECT_EQ(sd::lcm_timesteps(3, 1000), (std::vector<int>{999, 679, 339}));
+    EXPECT_EQ(sd::lcm_timesteps(2, 1000), (std::vector<int>{999, 499}));
+    EXPECT_EQ(sd::lcm_timesteps(1, 1000), (std::vector<int>{999}));
+    // All 50: the whole grid, 999 down to 19.
+    const auto all = sd::lcm_timesteps(50, 1000);
+    ASSERT_EQ(all.size(), 50u);
+    EXPECT_EQ(all.front(), 999);
+    EXPECT_EQ(all.back(), 19);
+    for (int steps = 1; steps <= sd::kLcmOriginSteps; ++steps) {
+        const auto ts = sd::lcm_timesteps(steps, 1000);
+        EXPECT_EQ(std::set<int>(ts.begin(), ts.end()).size(), ts.size()) << steps;
+        EXPECT_TRUE(std::is_sorted(ts.rbegin(), ts.rend())) << steps;
+        EXPECT_EQ(sd::sampler_step_count("lcm", steps, 1000), steps);
+    }
+    // The must-fail variation of tests/fixtures/lcm: DDIM-like 1000 / S spacing is another list.
+    EXPECT_NE(sd::lcm_timesteps(4, 1000), sd::trailing_timesteps(4, 1000));
+    for (int bad : {0, 51, 1000}) {
+        EXPECT_THROW(sd::lcm_timesteps(bad, 1000), sd::Error) << bad;
+        EXPECT_THROW(sd::check_sampler_settings("lcm", "default", bad), sd::Error) << bad;
+    }
+    EXPECT_NO_THROW(sd::check_sampler_settings("lcm", "default", 50));
+    EXPECT_NO_THROW(sd::check_sampler_settings("euler", "default", 51));  // only LCM has the 50-step limit
+    EXPECT_THROW(sd::check_sampler_settings("lcm", "karras"), sd::Error);
+    EXPECT_EQ(sd::sampler_info("lcm").a1111_name, "LCM");
 }
