@@ -27,6 +27,7 @@
 #include "sd/tokenizer.h"
 #include "sd/txt2img.h"
 #include "sd/value_rules.h"
+#include "text/lora_tags.h"
 #include "sd/version.h"
 
 #ifndef SD_DEFAULT_MODEL_DIR
@@ -149,6 +150,8 @@ struct Flags {
     std::string vae_decoder, preview_decoder, vae;
     int preview = 0;
     sd::Txt2ImgJob job;  // the flags that map onto it directly
+    // LoRA: --lora FILE[:WEIGHT], repeatable (--lora-dir goes into job).
+    std::vector<std::string> loras;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -227,6 +230,9 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
     app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
+    // LoRA: merged into the text encoder and UNet at load (README "Flags").
+    app.add_option("--lora", f.loras, "merge a LoRA .safetensors: FILE[:WEIGHT] (repeatable, in order; weight 1 by default)");
+    app.add_option("--lora-dir", job.lora_dir, "folder where a prompt's <lora:NAME:WEIGHT> tag finds NAME.safetensors");
 }
 
 // --from-file - runs as its lines arrive (sd::run_txt2img_stream); --n_iter repeats
@@ -263,7 +269,7 @@ void read_prompts(const CLI::App& app, Flags& f) {
 // files with SD 1.x's window (ModelConfig's defaults).
 void print_token_ids(const CLI::App& app, const Flags& f) {
     std::vector<std::string> texts;
-    for (const auto& p : f.job.prompts) texts.push_back(p.prompt);
+    for (const auto& p : f.job.prompts) texts.push_back(sd::strip_lora_tags(p.prompt));
     sd::ModelConfig cfg;
     if (app.count("--model")) {
         cfg = sd::load_model_config(f.model_dir);
@@ -300,6 +306,7 @@ void settle_job(const CLI::App& app, Flags& f) {
     if (!f.shard.empty()) job.shard = sd::parse_shard(f.shard);
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
+    for (const auto& l : f.loras) job.loras.push_back(sd::parse_lora_flag(l));
     sd::check_job(job);
 }
 

@@ -69,6 +69,20 @@ struct StageTimes {
     double start_to_first_step = 0;
 };
 
+// One LoRA merged into the text encoder and UNet at load (--lora FILE[:W], or a
+// prompt's <lora:NAME:W> / <lora:NAME:TE:UNET> tag found in --lora-dir).
+struct LoraUse {
+    std::string path;
+    std::string name;                    // the file's name without .safetensors (the tag's NAME)
+    double text_weight = 1, unet_weight = 1;
+    bool from_tag = false;               // named in the prompt (else by --lora)
+    std::string where;                   // "--lora" or "FILE:LINE" / "--prompt", for messages
+    std::string hash;                    // A1111's short hash (PNG text), filled by the run
+    bool operator==(const LoraUse& o) const {
+        return path == o.path && text_weight == o.text_weight && unet_weight == o.unet_weight;
+    }
+};
+
 struct GenerateSettings {
     std::string sampler = default_sampler();  // sd/samplers.h
     std::string schedule = "default";    // k-samplers: default | karras; PLMS/DDIM: default | leading | trailing
@@ -82,6 +96,9 @@ struct GenerateSettings {
     // layer, N = the last N - 1 layers skipped (diffusers' clip_skip = N - 1), for the
     // prompt only (the negative prompt runs every layer, as diffusers does).
     int clip_skip = 1;
+    // LoRA: merged at load, in this order; the pipeline reloads the text encoder
+    // and UNet when a batch names another set (batches never mix sets).
+    std::vector<LoraUse> loras;
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.

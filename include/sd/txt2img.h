@@ -56,6 +56,10 @@ struct Txt2ImgJob {
     // Textual inversion (issue 19): the pipeline's embeddings, recorded as "TI hashes"
     // in the PNG text of the images whose prompts use them.
     std::vector<EmbeddingInfo> embeddings;
+    // LoRA: --lora files (merged for every prompt, after the prompt's own tags)
+    // and --lora-dir, where a prompt's <lora:NAME:W> tag finds NAME.safetensors.
+    std::vector<LoraUse> loras;
+    std::string lora_dir;
 };
 
 // One prompt of the run with its settings resolved (flags, then its JSONL line).

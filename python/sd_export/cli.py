@@ -68,6 +68,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
     p.add_argument("--vae", help="a standalone VAE (.safetensors / .ckpt, e.g. vae-ft-mse-840000-ema-pruned) whose "
                    "decoder weights replace the checkpoint's")
+    p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
+                   help="bake a LoRA .safetensors into the weights (repeatable, merged in order; weight 1 by default)")
     args = p.parse_args(argv)
     if args.random_init and args.checkpoint:
         p.error("give either CHECKPOINT or --random-init, not both")

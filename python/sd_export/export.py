@@ -10,6 +10,7 @@ from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, assumed_parameteri
                       detect_family, detect_unet_shapes, load_ldm_config, load_text_config, open_clip_text_layers,
                       text_cfg_from_open_clip)
 from .keymaps import checkpoint_key_maps
+from .lora import bake_loras, parse_lora_arg
 from .report import PROG, ExportError, say
 from .weights import build_modules, check_keys, load_weights, random_init
 
@@ -114,6 +115,8 @@ def export(args):
         random_init(modules, args.seed)
         source = f"random-init (seed {args.seed})"
 
+    loras = bake_loras(modules, [parse_lora_arg(a) for a in args.lora]) if args.lora else []
+
     dtype = torch.float16 if args.dtype == "float16" else torch.float32
     info = stages.model_info(schedule, unet_cfg, vae_cfg, text_cfg, args.dtype, source, family,
                              r["parameterization_source"], r["latent_size"])
@@ -123,6 +126,8 @@ def export(args):
     for key in ("default_sampler", "default_steps", "default_schedule"):
         if getattr(args, key, None) is not None:
             info[key] = getattr(args, key)
+    if loras:
+        info["loras"] = loras  # what was baked in: name, weight, A1111 short hash
     stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info)
     if getattr(args, "vae", None):
         source_text = f"{source} with VAE {os.path.basename(args.vae)}"

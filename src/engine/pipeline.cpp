@@ -8,6 +8,9 @@
 #include <torch/script.h>
 
 #include "engine/block_cache.h"
+#include "engine/lora_merge.h"
+#include "io/fs_util.h"
+#include "io/weight_file.h"
 #include "engine/conditioning.h"
 #include "engine/embeddings.h"
 #include "io/embedding_file.h"
@@ -184,6 +187,47 @@ struct TorchPipeline::Impl {
     StagePeaks peaks;
     StageTimes times;
     std::vector<Embedding> embeddings;  // textual inversion
+    // LoRA: the set merged into the loaded text encoder and UNet, and every file read so far.
+    std::vector<LoraUse> merged_loras;
+    mutable std::map<std::string, LoraFile> lora_files;
+    mutable std::optional<LoraTargets> lora_targets;
+
+    // A LoRA file's modules, mapped onto this model's weight files and checked against them.
+    const LoraFile& lora_file(const LoraUse& use) const {
+        if (auto it = lora_files.find(use.path); it != lora_files.end()) return it->second;
+        if (!lora_targets) {
+            LoraTargets t;
+            for (auto [path, index] : {std::pair{&config.unet_path, &t.unet}, std::pair{&config.text_encoder_path, &t.text_encoder}}) {
+                if (!file_exists(weight_file_for(*path)))
+                    throw Error("LoRA needs a model exported with .weights files; re-export " + options.model_dir);
+                *index = read_weight_index(weight_file_for(*path));
+            }
+            lora_targets = std::move(t);
+        }
+        try {
+            return lora_files.emplace(use.path, read_lora(use.path, *lora_targets)).first->second;
+        } catch (const Error& e) {
+            if (use.where == "--lora" || use.where.empty()) throw;
+            throw Error(use.where + ": " + e.what() + " (named by the prompt's <lora:" + use.name + "> tag)");
+        }
+    }
+
+    // Merges the batch's LoRAs into the text encoder and UNet as they load; a
+    // batch with another set reloads both.
+    void use_loras(const std::vector<LoraUse>& loras) {
+        if (loras == merged_loras) return;
+        release(text_encoder);
+        release(unet);
+        merged_loras = loras;
+    }
+
+    StageEdit lora_edit(const std::string& path) const {
+        const std::string which = path == config.unet_path ? "unet" : path == config.text_encoder_path ? "text_encoder" : "";
+        if (which.empty() || merged_loras.empty()) return nullptr;
+        std::vector<LoraMerge> merges;
+        for (const auto& use : merged_loras) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
+        return [which, merges](torch::jit::Module& m) { merge_loras(m, which, merges); };
+    }
     // Run-time decoders and VAE weights (PipelineOptions): a TAESD in place of
     // the VAE, the one previews use, and --vae's decoder tensors.
     std::optional<TaesdDecoder> taesd, preview_taesd;
@@ -207,7 +251,8 @@ struct TorchPipeline::Impl {
         if (!slot) {
             const double start = seconds_since_process_start();
             const bool vae_stage = path == config.vae_decoder_path && !vae_override.empty();
-            slot = load_stage(path, weight_type(path), device, vae_stage ? &vae_override : nullptr);
+            slot = load_stage(path, weight_type(path), device, vae_stage ? &vae_override : nullptr,
+                              lora_edit(path));
             *seconds += seconds_since_process_start() - start;
         }
         return *slot;
@@ -309,6 +354,12 @@ struct TorchPipeline::Impl {
         if (options.batch_size) r.unet_rows = *options.batch_size * (r.guidance ? 2 : 1);
         if (options.vae_tile) r.vae_tile = *options.vae_tile;
         r.half_weights = held_type != at::kFloat;
+        if (!s.loras.empty()) {
+            std::vector<const LoraFile*> files;
+            for (const auto& use : s.loras) files.push_back(&lora_file(use));
+            r.text_lora_bytes = lora_footprint(files, lora_targets->text_encoder, "text_encoder").total();
+            r.unet_lora_bytes = lora_footprint(files, lora_targets->unet, "unet").total();
+        }
         return r;
     }
 };
@@ -368,6 +419,7 @@ void TorchPipeline::check(const GenerateSettings& s) const {
             throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +
                         std::to_string(c.size_multiple) + ", which this model needs");
     }
+    for (const auto& lora : s.loras) impl_->lora_file(lora);  // read and matched before any stage loads
 }
 
 MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
@@ -390,6 +442,7 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     if (prompts.empty()) throw Error("no prompts to generate");
     auto& im = *impl_;
     const auto& c = im.config;
+    im.use_loras(s.loras);
     const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
     set_block_cache_limit(static_cast<size_t>(plan.block_cache));
     c10::InferenceMode guard;

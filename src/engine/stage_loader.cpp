@@ -220,7 +220,7 @@ std::string short_message(const c10::Error& e) {
 void check_stage_files(const std::string& path) { checked_weight_index(path); }
 
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device,
-                              const std::map<std::string, at::Tensor>* replace) {
+                              const std::map<std::string, at::Tensor>* replace, const StageEdit& edit) {
     const auto index = checked_weight_index(path);
     try {
         auto m = torch::jit::load(path, torch::kCPU);
@@ -233,6 +233,7 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c
                 if (p.numel() == 0) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
         }
         if (replace) replace_weights(m, *replace);
+        if (edit) edit(m);
         // Module::to replaces one tensor at a time, so converting costs at most
         // one extra tensor, not a second copy of the weights.
         for (const auto& p : m.parameters()) {

@@ -1,5 +1,6 @@
 // Loading the exported TorchScript stages and choosing their attention strategy.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 
@@ -18,9 +19,11 @@ namespace sd {
 // same names, already checked against its shapes (vae_override.h). They must
 // be inference tensors, like the mapped ones beside them (the stage loads in
 // the run's InferenceMode, whose tensors and others cannot be swapped).
+// `edit` (LoRA merging) then changes the weights, before the conversion to `weights`.
+using StageEdit = std::function<void(torch::jit::Module&)>;
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
                               c10::Device device = c10::kCPU,
-                              const std::map<std::string, at::Tensor>* replace = nullptr);
+                              const std::map<std::string, at::Tensor>* replace = nullptr, const StageEdit& edit = nullptr);
 
 // The checks load_stage makes on a stage's files, without loading them (the .pt's
 // archive directory, its code against the operations this tool's export emits

@@ -262,11 +262,14 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     };
 
     weights(p.text, m.text_weights, false);
+    // LoRA merging: new fp32 tensors for the changed parameters, and one change computed beside them.
+    p.text.load += r.text_lora_bytes;
     p.text.activations = 2.0 * r.images * m.text_ctx * m.text_width * 4.0 * kTextActivationFloatsPerToken;
     p.text.scores = 2.0 * r.images * m.text_heads * m.text_ctx * m.text_ctx * 4.0;
     p.text.beside_scores = p.text.activations;
 
     weights(p.unet, m.unet_weights, r.half_weights);
+    p.unet.load += r.unet_lora_bytes;
     const double hw = h * w;
     // fp16 weights add the fp32 copy of the layer that runs.
     const double conv = std::min(m.unet_largest_conv_bytes, kConvSplitBytes);

@@ -11,6 +11,7 @@
 
 #include "sd/error.h"
 #include "sd/version.h"
+#include "text/lora_tags.h"
 #include "text/prompt_weights.h"
 
 namespace sd {
@@ -42,7 +43,29 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
            a.settings.schedule == b.settings.schedule && a.settings.prompt_weights == b.settings.prompt_weights &&
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
-           a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip;
+           a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip && a.settings.loras == b.settings.loras;
+}
+
+// The prompt's <lora:NAME:W> tags, found in --lora-dir, then --lora's files: the
+// order of the tags in the PNG text (--lora's written last), so --from-png merges alike.
+std::vector<LoraUse> loras_of(const Txt2ImgJob& job, const PromptItem& item) {
+    std::vector<LoraUse> loras;
+    const std::string where = item.line == 0 ? "--prompt" : item.where;
+    for (const auto& tag : find_lora_tags(item.prompt, where)) {
+        if (job.lora_dir.empty())
+            throw Error(where + ": <lora:" + tag.name + "> needs --lora-dir, the folder that holds " + tag.name +
+                        ".safetensors");
+        LoraUse use;
+        use.path = (job.lora_dir.back() == '/' ? job.lora_dir : job.lora_dir + "/") + tag.name + ".safetensors";
+        use.name = tag.name;
+        use.text_weight = tag.text_weight;
+        use.unet_weight = tag.unet_weight;
+        use.from_tag = true;
+        use.where = where;
+        loras.push_back(use);
+    }
+    loras.insert(loras.end(), job.loras.begin(), job.loras.end());
+    return loras;
 }
 
 PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int number) {
@@ -71,6 +94,7 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (item.seed && job.seed_mode != SeedMode::per_image)
         throw Error(item.where + ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
     set_negative_prompt(item.settings, item.negative_prompt, item.where);
+    item.settings.loras = loras_of(job, item);
     if (item.settings.prompt_weights) {
         const bool flag = item.line == 0;
         check_prompt_weights(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
@@ -194,13 +218,24 @@ std::string ti_hashes(const PromptItem& item, const std::vector<EmbeddingInfo>& 
     return out;
 }
 
+// A1111's "Lora hashes" value: "name: hash12, name: hash12", quoted.
+std::string lora_hashes_text(const std::vector<LoraUse>& loras) {
+    std::string list;
+    for (const auto& l : loras) list += (list.empty() ? "" : ", ") + l.name + ": " + l.hash;
+    return nlohmann::json(list).dump();
+}
+
 }  // namespace
 
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings) {
     // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
     const SamplerInfo& sampler = sampler_info(item.settings.sampler);
-    std::string text = item.prompt + "\n";
+    // --lora's files are written as tags, as A1111 would have them, so that --from-png reruns them.
+    std::string text = item.prompt;
+    for (const auto& l : item.settings.loras)
+        if (!l.from_tag) text += " " + lora_tag_text(l.name, l.text_weight, l.unet_weight);
+    text += "\n";
     if (!item.negative_prompt.empty()) text += "Negative prompt: " + item.negative_prompt + "\n";
     text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler.a1111_name;
     // PLMS and DDIM: only a spacing other than CompVis's is named (A1111 writes none for them).
@@ -214,6 +249,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     // A1111 records clip skip when it is not 1, and the embeddings the prompts used.
     if (item.settings.clip_skip != 1) text += ", Clip skip: " + std::to_string(item.settings.clip_skip);
     if (const std::string ti = ti_hashes(item, embeddings); !ti.empty()) text += ", TI hashes: " + quoted(ti);
+    if (!item.settings.loras.empty()) text += ", Lora hashes: " + lora_hashes_text(item.settings.loras);
     text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
     // compvis: the run's seed alone does not say which noise this image got; its batch does.
     if (mode == SeedMode::compvis)

@@ -4,13 +4,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/image_io.h"
+#include "io/lora_keys.h"
 #include "io/npy.h"
 #include "run/batch_plan.h"
 #include "sampling/schedule.h"
+#include "text/lora_tags.h"
 
 namespace sd {
 
@@ -35,7 +38,32 @@ int next_grid_number(const std::string& dir) {
 
 }  // namespace
 
-void check_job(const Txt2ImgJob& job) { plan_run(job); }
+namespace {
+
+// Every LoRA the plan names exists, and its A1111 short hash is known (cached
+// by path: a stream plans each batch on its own).
+void hash_loras(RunPlan& plan, std::map<std::string, std::string>& hashes) {
+    for (auto& item : plan.items) {
+        for (auto& l : item.settings.loras) {
+            if (!file_exists(l.path) || is_directory(l.path)) {
+                std::string m = "LoRA file " + l.path + " does not exist";
+                if (l.from_tag) m = l.where + ": " + m + " (named by the prompt's <lora:" + l.name + "> tag)";
+                throw Error(m);
+            }
+            auto it = hashes.find(l.path);
+            if (it == hashes.end()) it = hashes.emplace(l.path, lora_short_hash(l.path)).first;
+            l.hash = it->second;
+        }
+    }
+}
+
+}  // namespace
+
+void check_job(const Txt2ImgJob& job) {
+    RunPlan plan = plan_run(job);
+    std::map<std::string, std::string> hashes;
+    hash_loras(plan, hashes);
+}
 
 int next_image_number(const std::string& dir) {
     int next = 0;
@@ -293,7 +321,7 @@ void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, co
             return;
         }
         std::vector<std::string> prompts;
-        for (const auto& img : batch.images) prompts.push_back(plan.items[img.item].prompt);
+        for (const auto& img : batch.images) prompts.push_back(strip_lora_tags(plan.items[img.item].prompt));
         if (per_image) pipeline.seed(batch.images[0].seed);
         clock.start_batch(batch);
         const ProgressFn progress = [&](int step, int steps) {
@@ -331,7 +359,9 @@ Txt2ImgResult finish_run(const Txt2ImgJob& job, const Txt2ImgEvents& events, Run
 }  // namespace
 
 Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2ImgEvents& events) {
-    const RunPlan plan = plan_run(job);
+    RunPlan plan = plan_run(job);
+    std::map<std::string, std::string> hashes;
+    hash_loras(plan, hashes);
     RunState st;
     if (job.seed_mode != SeedMode::per_image) pipeline.seed(job.seed);
     run_plan(pipeline, job, plan, events, st);
@@ -343,6 +373,7 @@ Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, Prom
     const size_t cap = job.seed_mode == SeedMode::per_image ? 1 : static_cast<size_t>(job.n_samples);
     // The plan of these lines alone, numbered on from what the stream gave before.
     int number = 0, index = 0, batches = 0;
+    std::map<std::string, std::string> hashes;
     auto plan_of = [&](const std::vector<PromptLine>& lines) {
         Txt2ImgJob part = job;
         part.prompts = lines;
@@ -357,6 +388,7 @@ Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, Prom
         }
         for (auto& b : plan.batches)
             for (auto& img : b.images) img.batch_number += batches;
+        hash_loras(plan, hashes);
         return plan;
     };
 

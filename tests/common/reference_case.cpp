@@ -46,6 +46,18 @@ void check_cli_case(const std::string& case_dir, const std::string& model_dir, c
     check_cli_run(case_dir, args, out);
 }
 
+double latents_relative_error(const std::string& case_dir, const std::string& latents_npy) {
+    auto ref = sd::read_npy(case_dir + "/latents.npy");
+    auto got = sd::read_npy(latents_npy);
+    if (got.shape != ref.shape) return INFINITY;
+    double ref_max = 0, diff = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+        ref_max = std::max(ref_max, std::fabs(double(ref.as<float>()[i])));
+        diff = std::max(diff, std::fabs(double(ref.as<float>()[i]) - got.as<float>()[i]));
+    }
+    return diff / ref_max;
+}
+
 void check_cli_run(const std::string& case_dir, std::vector<std::string> args, const std::string& out) {
     args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
     auto r = run(args);

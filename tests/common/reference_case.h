@@ -23,4 +23,7 @@ void check_cli_case(const std::string& case_dir, const std::string& model_dir, c
 // --save-latents, which this adds, writing into the temporary folder `out`).
 void check_cli_run(const std::string& case_dir, std::vector<std::string> args, const std::string& out);
 
+// max |latents - reference| / max |reference| of a .npy of final latents (infinite if the shapes differ).
+double latents_relative_error(const std::string& case_dir, const std::string& latents_npy);
+
 }  // namespace sdtest

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "io/image_io.h"
+#include "io/lora_keys.h"
 #include "io/png_text.h"
 #include "io/torch_pickle.h"
 #include "io/weight_file.h"
@@ -234,11 +235,56 @@ void torch_pickle(const uint8_t* data, size_t size) {
     }
 }
 
+void lora_file(const uint8_t* data, size_t size) {
+    // A UNet with a 1x1-conv proj_in, a linear to_q and a 3x3 conv; a text encoder's q_proj.
+    static const sd::LoraTargets targets = [] {
+        sd::LoraTargets t;
+        auto entry = [](const char* name, std::vector<int64_t> shape) {
+            sd::WeightEntry w;
+            w.name = name;
+            w.dtype = "F32";
+            w.shape = std::move(shape);
+            return w;
+        };
+        t.unet = {entry("input_blocks.1.1.proj_in.weight", {8, 8, 1, 1}),
+                  entry("input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", {8, 8}),
+                  entry("input_blocks.1.0.in_layers.2.weight", {8, 4, 3, 3})};
+        t.text_encoder = {entry("text_model.encoder.layers.0.self_attn.q_proj.weight", {8, 8})};
+        return t;
+    }();
+    const std::string bytes = text_of(data, size);
+    sd::LoraFile file;
+    try {
+        file = sd::parse_lora(bytes, "fuzz.safetensors", targets);
+    } catch (const sd::Error&) {
+        return;
+    }
+    // What merging relies on: each module's tensors lie in the file, its rank is
+    // down's first size and up's second, and the product has its target's size.
+    for (const auto& m : file.modules) {
+        require(m.rank > 0 && m.down.shape.size() >= 2 && m.up.shape.size() >= 2, "bad rank: " + m.key);
+        require(m.down.shape[0] == m.rank && m.up.shape[1] == m.rank, "rank mismatch: " + m.key);
+        require(m.down.end <= size && m.up.end <= size, "range outside the file: " + m.key);
+        require(std::isfinite(m.alpha), "alpha not finite: " + m.key);
+        const auto& all = m.stage == "unet" ? targets.unet : targets.text_encoder;
+        bool found = false;
+        for (const auto& w : all) {
+            if (w.name != m.param) continue;
+            found = true;
+            int64_t want = 1, got = m.up.shape[0];
+            for (int64_t d : w.shape) want *= d;
+            for (size_t i = 1; i < m.down.shape.size(); ++i) got *= m.down.shape[i];
+            require(want == got, "product does not fill its target: " + m.key);
+        }
+        require(found, "target not in the model: " + m.param);
+    }
+}
+
 const std::vector<Named>& all_targets() {
     static const std::vector<Named> targets = {
         {"weight_index", weight_index}, {"model_config", model_config}, {"prompts", prompts},
         {"prompt_weights", prompt_weights}, {"tokenizer", tokenizer},     {"png_text", png_text},
-        {"torch_pickle", torch_pickle},
+        {"torch_pickle", torch_pickle}, {"lora_file", lora_file},
     };
     return targets;
 }

@@ -40,6 +40,9 @@ void png_text(const uint8_t* data, size_t size);
 // the input is data.pkl.
 void torch_pickle(const uint8_t* data, size_t size);
 
+// A LoRA file (io/lora_keys.h parse_lora) against a small fixed model: the input is a whole file.
+void lora_file(const uint8_t* data, size_t size);
+
 struct Named {
     const char* name;  // also the folder name under tests/fuzz/corpus/ and tests/data/fuzz-inputs/
     Target run;

@@ -42,6 +42,24 @@ put("weight_index", "mixed", weights([("x", "F16", [4]), ("y", "BF16", [2, 2]), 
 put("weight_index", "empty_tensor", weights([("e", "F32", [0, 5]), ("f", "F16", [1, 1, 1, 1])]))
 put("weight_index", "header_only", struct.pack("<Q", 2) + b"{}")
 
+# LoRA files for the lora_file harness's small model (fuzz_targets.cpp).
+put("lora_file", "kohya_linear_alpha", weights([
+    ("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.alpha", "F16", []),
+    ("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_down.weight", "F16", [2, 8]),
+    ("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_up.weight", "F16", [8, 2])]))
+put("lora_file", "kohya_locon_te", weights([
+    ("lora_unet_down_blocks_0_resnets_0_conv1.lora_down.weight", "F32", [2, 4, 3, 3]),
+    ("lora_unet_down_blocks_0_resnets_0_conv1.lora_up.weight", "F32", [8, 2, 1, 1]),
+    ("lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight", "F32", [2, 8, 1, 1]),
+    ("lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight", "F32", [8, 2, 1, 1]),
+    ("lora_te_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", "F32", [2, 8]),
+    ("lora_te_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight", "F32", [8, 2])]))
+put("lora_file", "diffusers", weights([
+    ("unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora.down.weight", "F32", [2, 8]),
+    ("unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora.up.weight", "F32", [8, 2]),
+    ("text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.down.weight", "F32", [2, 8]),
+    ("text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.up.weight", "F32", [8, 2])]))
+
 
 def model_json(**over):
     m = {

@@ -253,3 +253,21 @@ TEST(Planner, TightBudgetSuggestsHalfWeights) {
     EXPECT_NO_THROW(sd::plan_memory(m16, r, 170 * MiB));
 }
 
+
+// LoRA merging adds its bytes to the loading peak of its stage, and nothing else.
+TEST(Planner, LoraMergeCountsAtLoad) {
+    auto r = request(512, 1, 16 * GiB);
+    const auto plain = sd::plan_memory(sd15(), r, 170 * MiB);
+    r.unet_lora_bytes = 700 * MiB;
+    r.text_lora_bytes = 30 * MiB;
+    const auto p = sd::predict(sd15(), r, 170 * MiB, plain);
+    const auto q = sd::predict(sd15(), request(512, 1, 16 * GiB), 170 * MiB, plain);
+    EXPECT_DOUBLE_EQ(p.unet.load - q.unet.load, 700 * MiB);
+    EXPECT_DOUBLE_EQ(p.text.load - q.text.load, 30 * MiB);
+    EXPECT_DOUBLE_EQ(p.unet.weights, q.unet.weights);
+    // Sequential loading: the UNet's load is its stage's peak when the merge is large.
+    r.unet_lora_bytes = 8 * GiB;
+    auto s = plain;
+    s.sequential = true;
+    EXPECT_GT(sd::predict(sd15(), r, 170 * MiB, s).peak(), sd::predict(sd15(), request(512, 1, 16 * GiB), 170 * MiB, s).peak() + 4 * GiB);
+}

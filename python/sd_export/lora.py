@@ -1,0 +1,192 @@
+"""LoRAs baked into an export (--lora FILE[:WEIGHT]): the same files, names and rule as
+the C++ tool's run-time merge (src/io/lora_keys.cpp, src/engine/lora_merge.cpp):
+kohya / A1111 files (lora_unet_* / lora_te_*, lora_down / lora_up / alpha, LoCon) and
+diffusers' pre-PEFT files (unet.*.lora.{down,up}.weight, text_encoder.*.lora_linear_layer.*),
+W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape) in fp32,
+several files stacked in order. Errors are one line (ExportError)."""
+
+import hashlib
+import os
+import re
+
+from .report import ExportError
+from .safetensors_io import SafetensorsFile
+
+SUFFIXES = ((".lora_down.weight", "down"), (".lora_up.weight", "up"), (".lora.down.weight", "down"),
+            (".lora.up.weight", "up"), (".lora_linear_layer.down.weight", "down"),
+            (".lora_linear_layer.up.weight", "up"), (".alpha", "alpha"))
+RESNET_PARTS = {"in_layers.0": "norm1", "in_layers.2": "conv1", "out_layers.0": "norm2", "out_layers.3": "conv2",
+                "emb_layers.1": "time_emb_proj", "skip_connection": "conv_shortcut"}
+TOP = {"time_embed.0": "time_embedding.linear_1", "time_embed.2": "time_embedding.linear_2",
+       "input_blocks.0.0": "conv_in", "out.0": "conv_norm_out", "out.2": "conv_out"}
+PROCESSOR = {".processor.to_q_lora": ".to_q", ".processor.to_k_lora": ".to_k", ".processor.to_v_lora": ".to_v",
+             ".processor.to_out_lora": ".to_out.0"}
+
+
+def parse_lora_arg(text):
+    """'FILE[:WEIGHT]' -> (path, weight): a trailing ':number' is the weight."""
+    path, weight = text, 1.0
+    head, sep, tail = text.rpartition(":")
+    if sep:
+        try:
+            weight, path = float(tail), head
+        except ValueError:
+            pass
+    if not path:
+        raise ExportError(f"--lora '{text}' names no file (--lora FILE[:WEIGHT])")
+    return path, weight
+
+
+def _block(base, j, k, rest):
+    if k == 0:
+        part = RESNET_PARTS.get(rest)
+        return f"{base}.resnets.{j}.{part}" if part else None
+    return f"{base}.attentions.{j}.{rest}" if rest else None
+
+
+def diffusers_unet_module(compvis):
+    """CompVis UNet module -> diffusers module path (two ResBlocks a down level, three an up level)."""
+    if compvis in TOP:
+        return TOP[compvis]
+    t = compvis.split(".")
+    if len(t) < 3 or not t[1].isdigit():
+        return None
+    n = int(t[1])
+    if t[0] == "middle_block":
+        rest = ".".join(t[2:])
+        if n == 1:
+            return "mid_block.attentions.0." + rest
+        part = RESNET_PARTS.get(rest)
+        return f"mid_block.resnets.{n // 2}.{part}" if n in (0, 2) and part else None
+    if not t[2].isdigit():
+        return None
+    k, rest = int(t[2]), ".".join(t[3:])
+    if t[0] == "input_blocks" and n >= 1:
+        level, j = (n - 1) // 3, (n - 1) % 3
+        if j == 2:
+            return f"down_blocks.{level}.downsamplers.0.conv" if k == 0 and rest == "op" else None
+        return _block(f"down_blocks.{level}", j, k, rest) if k <= 1 else None
+    if t[0] == "output_blocks":
+        level, j = n // 3, n % 3
+        if j == 2 and k >= 1 and rest == "conv":
+            return f"up_blocks.{level}.upsamplers.0.conv"
+        return _block(f"up_blocks.{level}", j, k, rest) if k <= 1 else None
+    return None
+
+
+def target_table(modules):
+    """Every name a LoRA may give a module -> (stage, parameter name, parameter)."""
+    table = {}
+    for name, p in modules["unet"].named_parameters():
+        if not name.endswith(".weight"):
+            continue
+        compvis = name[:-7]
+        table.setdefault("lora_unet_" + compvis.replace(".", "_"), ("unet", name, p))
+        diffusers = diffusers_unet_module(compvis)
+        if diffusers:
+            table.setdefault("lora_unet_" + diffusers.replace(".", "_"), ("unet", name, p))
+            table.setdefault("unet." + diffusers, ("unet", name, p))
+    for name, p in modules["text_encoder"].named_parameters():
+        if name.endswith(".weight"):
+            table.setdefault("lora_te_" + name[:-7].replace(".", "_"), ("text_encoder", name, p))
+            table.setdefault("text_encoder." + name[:-7], ("text_encoder", name, p))
+    return table
+
+
+def _refuse_other_layouts(path, keys):
+    for k in keys:
+        if k.startswith(("lora_te1_", "lora_te2_")):
+            raise ExportError(f"LoRA file {path} is a LoRA for SDXL ({k}); this tool runs SD 1.x and 2.x")
+        if k.endswith((".lora_A.weight", ".lora_B.weight")):
+            raise ExportError(f"LoRA file {path} is in the PEFT format ({k}), which is not supported")
+        if ".hada_" in k or ".lokr_" in k:
+            raise ExportError(f"LoRA file {path} is a LyCORIS LoHa/LoKr file ({k}); only LoRA and LoCon are supported")
+        if k.startswith("lora_te_") and "resblocks" in k:
+            raise ExportError(f"LoRA file {path} has an open_clip text-encoder layout ({k}); a LoRA for another model?")
+
+
+def _kind(shape):
+    return "a linear layer" if len(shape) == 2 else f"{shape[2]}x{shape[3]} conv" if len(shape) == 4 else \
+        f"a {len(shape)}-d tensor"
+
+
+def _check_fit(path, key, stage, param, w, down, up):
+    where = f"LoRA file {path} does not fit this model: {key}"
+    if len(w) not in (2, 4):
+        raise ExportError(f"{where} changes {stage} {param}, which is not a linear or conv layer")
+    if len(down) != len(w) or len(up) != len(w):
+        raise ExportError(f"{where} is {_kind(down)} there, {stage} {param} is {_kind(w)} here "
+                          "(a LoRA for another model?)")
+    rank = down[0]
+    fits = up[1] == rank and up[0] == w[0] and down[1] == w[1]
+    if len(w) == 4:
+        fits = fits and tuple(down[2:]) == tuple(w[2:]) and tuple(up[2:]) == (1, 1)
+    if not fits:
+        raise ExportError(f"{where} has down {list(down)} and up {list(up)}, {stage} {param} is {list(w)} "
+                          "(a LoRA for another model or size?)")
+
+
+def read_lora(path, table):
+    """[(key, stage, parameter name, parameter, down, up, scale)] of one file, checked against the model."""
+    if not os.path.isfile(path):
+        raise ExportError(f"LoRA file {path} does not exist")
+    with SafetensorsFile(path) as f:
+        keys = list(f.keys())
+        if not keys:
+            raise ExportError(f"LoRA file {path} holds no tensors")
+        _refuse_other_layouts(path, keys)
+        parts, unknown = {}, []
+        for k in keys:
+            for suffix, part in SUFFIXES:
+                if k.endswith(suffix):
+                    module = k[:-len(suffix)]
+                    for old, new in PROCESSOR.items():
+                        if module.endswith(old):
+                            module = module[:-len(old)] + new
+                    parts.setdefault(module, {})[part] = k
+                    break
+            else:
+                unknown.append(k)
+        out = []
+        for module in sorted(parts):
+            p = parts[module]
+            if module not in table or "down" not in p or "up" not in p:
+                unknown.append(module)
+                continue
+            stage, name, param = table[module]
+            down, up = f.load(p["down"]).float(), f.load(p["up"]).float()
+            _check_fit(path, module, stage, name, tuple(param.shape), tuple(down.shape), tuple(up.shape))
+            rank = down.shape[0]
+            alpha = float(f.load(p["alpha"]).float().reshape(-1)[0]) if "alpha" in p else float(rank)
+            out.append((module, stage, name, param, down, up, alpha / rank))
+    if unknown:
+        listed = ", ".join(unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+        raise ExportError(f"LoRA file {path} has {len(unknown)} key{'s' if len(unknown) > 1 else ''} that match no "
+                          f"layer of this model: {listed} (a LoRA for another model, or a layout this tool does not know)")
+    return out
+
+
+def short_hash(path):
+    """AUTOMATIC1111's LoRA hash: SHA-256 of the data after the header, 12 hex digits."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        f.seek(8 + n)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:12]
+
+
+def bake_loras(modules, loras):
+    """Merges each (path, weight) into the modules' fp32 weights, in order; returns what model.json records."""
+    import torch
+    table = target_table(modules)
+    record = []
+    with torch.no_grad():
+        for path, weight in loras:
+            for _key, _stage, _name, param, down, up, scale in read_lora(path, table):
+                delta = (up.flatten(1) @ down.flatten(1)).reshape(param.shape) * scale
+                param.copy_(param.float() + weight * delta)
+            name = re.sub(r"\.safetensors$", "", os.path.basename(path))
+            record.append({"name": name, "weight": weight, "hash": short_hash(path)})
+    return record

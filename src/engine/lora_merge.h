@@ -1,0 +1,30 @@
+// Merging LoRAs into a stage's weights as it loads (src/io/lora_keys.h says
+// which parameter each module changes): W' = W + m * (alpha / rank) * up @ down,
+// in fp32, several LoRAs stacked in order. docs/model-format.md, docs/memory.md.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "io/lora_keys.h"
+
+namespace sd {
+
+// One LoRA file and its multipliers (A1111's text-encoder and UNet weights).
+struct LoraMerge {
+    LoraFile file;
+    double text_weight = 1, unet_weight = 1;
+};
+
+// Replaces every parameter of m that the LoRAs change for `stage` ("unet" or
+// "text_encoder") by a new fp32 tensor holding the merged weight; the old data
+// (mapped from the weight file) is let go, so its pages are released. The other
+// parameters are left as they are. Throws sd::Error when a LoRA file cannot be read.
+void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras);
+
+// The fp32 change one module makes to its target of this shape, before the multiplier:
+// (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(shape).
+at::Tensor lora_delta(const LoraModule& module, const std::string& path, at::IntArrayRef shape);
+
+}  // namespace sd

@@ -1,0 +1,408 @@
+#include "io/lora_keys.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "sd/error.h"
+#include "io/fs_util.h"
+#include "io/sha256.h"
+
+namespace sd {
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s) {
+        if (c == sep) {
+            out.push_back(cur);
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    out.push_back(cur);
+    return out;
+}
+
+std::string join(const std::vector<std::string>& parts, size_t from, size_t to) {
+    std::string out;
+    for (size_t i = from; i < to && i < parts.size(); ++i) out += (out.empty() ? "" : ".") + parts[i];
+    return out;
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+std::optional<int> small_number(const std::string& s) {
+    if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return std::stoi(s);
+}
+
+// A ResBlock's CompVis layer names in diffusers' ResnetBlock2D.
+std::string resnet_part(const std::string& rest) {
+    static const std::map<std::string, std::string> names = {
+        {"in_layers.0", "norm1"}, {"in_layers.2", "conv1"},          {"out_layers.0", "norm2"},
+        {"out_layers.3", "conv2"}, {"emb_layers.1", "time_emb_proj"}, {"skip_connection", "conv_shortcut"}};
+    const auto it = names.find(rest);
+    return it == names.end() ? "" : it->second;
+}
+
+// "X.resnets.j.<part>" or "X.attentions.j.<rest>" for layer K of a CompVis block.
+std::string block_part(const std::string& base, int j, int k, const std::vector<std::string>& t, size_t rest_at) {
+    const std::string rest = join(t, rest_at, t.size());
+    if (k == 0) {
+        const std::string part = resnet_part(rest);
+        return part.empty() ? "" : base + ".resnets." + std::to_string(j) + "." + part;
+    }
+    return rest.empty() ? "" : base + ".attentions." + std::to_string(j) + "." + rest;
+}
+
+}  // namespace
+
+// SD 1.x / 2.x UNets: two ResBlocks (and attentions) per down level, three per up
+// level, a down- or upsampler closing every level but the last (CompVis
+// openaimodel.py's block order, which diffusers' convert_ldm_unet_checkpoint follows).
+std::string diffusers_unet_module(const std::string& compvis) {
+    static const std::map<std::string, std::string> top = {{"time_embed.0", "time_embedding.linear_1"},
+                                                           {"time_embed.2", "time_embedding.linear_2"},
+                                                           {"input_blocks.0.0", "conv_in"},
+                                                           {"out.0", "conv_norm_out"},
+                                                           {"out.2", "conv_out"}};
+    if (auto it = top.find(compvis); it != top.end()) return it->second;
+    const auto t = split(compvis, '.');
+    if (t.size() < 3) return "";
+    const auto n = small_number(t[1]);
+    if (!n) return "";
+    if (t[0] == "middle_block") {  // ResBlock, attention, ResBlock
+        const std::string rest = join(t, 2, t.size());
+        if (*n == 1) return "mid_block.attentions.0." + rest;
+        const std::string part = resnet_part(rest);
+        return (*n == 0 || *n == 2) && !part.empty() ? "mid_block.resnets." + std::to_string(*n / 2) + "." + part : "";
+    }
+    const auto k = small_number(t[2]);
+    if (!k) return "";
+    if (t[0] == "input_blocks" && *n >= 1) {
+        const int level = (*n - 1) / 3, j = (*n - 1) % 3;
+        const std::string base = "down_blocks." + std::to_string(level);
+        if (j == 2) return *k == 0 && t.size() == 4 && t[3] == "op" ? base + ".downsamplers.0.conv" : "";
+        return *k <= 1 ? block_part(base, j, *k, t, 3) : "";
+    }
+    if (t[0] == "output_blocks") {
+        const int level = *n / 3, j = *n % 3;
+        const std::string base = "up_blocks." + std::to_string(level);
+        // The upsampler follows the ResBlock, or the ResBlock and its attention.
+        if (j == 2 && *k >= 1 && t.size() == 4 && t[3] == "conv") return base + ".upsamplers.0.conv";
+        return *k <= 1 ? block_part(base, j, *k, t, 3) : "";
+    }
+    return "";
+}
+
+namespace {
+
+Error lora_error(const std::string& path, const std::string& what) { return Error("LoRA file " + path + " " + what); }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::ostringstream o;
+    o << '[';
+    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
+    o << ']';
+    return o.str();
+}
+
+std::string underscored(std::string s) {
+    for (auto& c : s)
+        if (c == '.') c = '_';
+    return s;
+}
+
+struct Target {
+    std::string stage;
+    const WeightEntry* weight = nullptr;
+};
+
+// Every name a LoRA may give a target module -> that module's weight.
+using TargetTable = std::unordered_map<std::string, Target>;
+
+std::string module_of(const std::string& param) { return param.substr(0, param.size() - 7); }  // less ".weight"
+
+TargetTable target_table(const LoraTargets& targets) {
+    TargetTable table;
+    for (const auto& w : targets.unet) {
+        if (!ends_with(w.name, ".weight")) continue;
+        const std::string compvis = module_of(w.name);
+        const Target t{"unet", &w};
+        // kohya files written with CompVis block names (some trainers do).
+        table.emplace("lora_unet_" + underscored(compvis), t);
+        const std::string diffusers = diffusers_unet_module(compvis);
+        if (diffusers.empty()) continue;
+        table.emplace("lora_unet_" + underscored(diffusers), t);
+        table.emplace("unet." + diffusers, t);
+    }
+    for (const auto& w : targets.text_encoder) {
+        if (!ends_with(w.name, ".weight")) continue;
+        const std::string m = module_of(w.name);
+        const Target t{"text_encoder", &w};
+        table.emplace("lora_te_" + underscored(m), t);
+        table.emplace("text_encoder." + m, t);
+    }
+    return table;
+}
+
+// What one key of the file is: a module's down, up or alpha.
+enum class Part { down, up, alpha, unknown };
+
+struct KeyPart {
+    std::string module;
+    Part part = Part::unknown;
+};
+
+KeyPart classify(const std::string& key) {
+    static const std::vector<std::pair<std::string, Part>> suffixes = {
+        {".lora_down.weight", Part::down},          {".lora_up.weight", Part::up},
+        {".lora.down.weight", Part::down},          {".lora.up.weight", Part::up},
+        {".lora_linear_layer.down.weight", Part::down}, {".lora_linear_layer.up.weight", Part::up},
+        {".alpha", Part::alpha}};
+    for (const auto& [suffix, part] : suffixes)
+        if (ends_with(key, suffix)) return {key.substr(0, key.size() - suffix.size()), part};
+    return {key, Part::unknown};
+}
+
+// Older diffusers files name attention LoRAs by their processor: ".processor.to_q_lora".
+std::string without_processor(const std::string& module) {
+    static const std::vector<std::pair<std::string, std::string>> names = {
+        {".processor.to_q_lora", ".to_q"},
+        {".processor.to_k_lora", ".to_k"},
+        {".processor.to_v_lora", ".to_v"},
+        {".processor.to_out_lora", ".to_out.0"}};
+    for (const auto& [from, to] : names)
+        if (ends_with(module, from)) return module.substr(0, module.size() - from.size()) + to;
+    return module;
+}
+
+// Layouts this tool recognises but cannot apply, named in one line.
+void refuse_other_layouts(const std::vector<WeightEntry>& index, const std::string& path) {
+    for (const auto& w : index) {
+        const std::string& k = w.name;
+        if (starts_with(k, "lora_te1_") || starts_with(k, "lora_te2_"))
+            throw lora_error(path, "is a LoRA for SDXL (" + k + "); this tool runs SD 1.x and 2.x");
+        if (ends_with(k, ".lora_A.weight") || ends_with(k, ".lora_B.weight"))
+            throw lora_error(path, "is in the PEFT format (" + k + "), which is not supported; use a kohya or pre-PEFT diffusers file");
+        if (k.find(".hada_") != std::string::npos || k.find(".lokr_") != std::string::npos)
+            throw lora_error(path, "is a LyCORIS LoHa/LoKr file (" + k + "); only LoRA and LoCon (lora_down/lora_up) are supported");
+        if (starts_with(k, "lora_te_") && k.find("resblocks") != std::string::npos)
+            throw lora_error(path, "has an open_clip text-encoder layout (" + k +
+                                       "), which this tool's exports do not use; a LoRA for another model?");
+    }
+}
+
+struct Parts {
+    std::optional<WeightEntry> down, up, alpha;
+};
+
+std::string list_keys(const std::vector<std::string>& keys) {
+    std::string out;
+    for (size_t i = 0; i < keys.size() && i < 3; ++i) out += (i ? ", " : "") + keys[i];
+    if (keys.size() > 3) out += ", ...";
+    return out;
+}
+
+std::string kind_of(const std::vector<int64_t>& shape) {
+    if (shape.size() == 2) return "a linear layer";
+    if (shape.size() == 4) return std::to_string(shape[2]) + "x" + std::to_string(shape[3]) + " conv";
+    return "a " + std::to_string(shape.size()) + "-d tensor";
+}
+
+// The product up.flatten(1) @ down.flatten(1) has W's size and layout: same
+// kind of layer (linear or conv with down's kernel, 1x1 up), same widths.
+void check_fit(const LoraModule& m, const std::vector<int64_t>& w, const std::string& path) {
+    const auto& d = m.down.shape;
+    const auto& u = m.up.shape;
+    const std::string where = "does not fit this model: " + m.key;
+    const bool conv = w.size() == 4;
+    if (w.size() != 2 && !conv)
+        throw lora_error(path, where + " changes " + m.stage + " " + m.param + ", which is not a linear or conv layer");
+    if (d.size() != w.size() || u.size() != w.size()) {
+        std::string hint = " (a LoRA for another model";
+        if (w.size() == 4 && d.size() == 2 && w[2] == 1) hint += ", e.g. SD 2.x's linear proj_in on SD 1.x's 1x1 conv";
+        throw lora_error(path, where + " is " + kind_of(d) + " there, " + m.stage + " " + m.param + " is " +
+                                   kind_of(w) + " here" + hint + "?)");
+    }
+    bool fits = d[0] == m.rank && u[1] == m.rank && u[0] == w[0] && d[1] == w[1];
+    if (conv) fits = fits && d[2] == w[2] && d[3] == w[3] && u[2] == 1 && u[3] == 1;
+    if (!fits)
+        throw lora_error(path, where + " has down " + shape_text(d) + " and up " + shape_text(u) + ", " + m.stage + " " +
+                                   m.param + " is " + shape_text(w) + " (a LoRA for another model or size?)");
+}
+
+using AlphaReader = std::function<double(const WeightEntry&)>;
+
+LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alpha_of, const std::string& path,
+                  const LoraTargets& targets) {
+    if (index.empty()) throw lora_error(path, "holds no tensors");
+    refuse_other_layouts(index, path);
+    std::map<std::string, Parts> modules;  // sorted: a stable module order
+    std::vector<std::string> unknown;
+    for (const auto& w : index) {
+        const KeyPart k = classify(w.name);
+        if (k.part == Part::unknown) {
+            unknown.push_back(w.name);
+            continue;
+        }
+        if (w.dtype != "F32" && w.dtype != "F16" && w.dtype != "BF16")
+            throw lora_error(path, "holds " + w.name + " as " + w.dtype + ", not a float type");
+        auto& p = modules[without_processor(k.module)];
+        (k.part == Part::down ? p.down : k.part == Part::up ? p.up : p.alpha) = w;
+    }
+    const TargetTable table = target_table(targets);
+    LoraFile file;
+    file.path = path;
+    bool kohya = false, diffusers = false;
+    for (const auto& [name, p] : modules) {
+        const auto it = table.find(name);
+        if (it == table.end() || !p.down || !p.up) {
+            unknown.push_back(name + (p.down && p.up ? "" : !p.down && !p.up ? " (alpha alone)" : !p.down ? " (no down)" : " (no up)"));
+            continue;
+        }
+        (starts_with(name, "lora_") ? kohya : diffusers) = true;
+        LoraModule m;
+        m.key = name;
+        m.stage = it->second.stage;
+        m.param = it->second.weight->name;
+        m.down = *p.down;
+        m.up = *p.up;
+        m.rank = m.down.shape.empty() ? 0 : m.down.shape[0];
+        if (m.rank <= 0) throw lora_error(path, "has an empty LoRA module " + name);
+        m.alpha = p.alpha ? alpha_of(*p.alpha) : static_cast<double>(m.rank);
+        if (!std::isfinite(m.alpha)) throw lora_error(path, "has an alpha that is not a finite number: " + name);
+        if (m.up.shape.size() < 2) throw lora_error(path, "has an up weight that is not a matrix: " + name);
+        check_fit(m, it->second.weight->shape, path);
+        file.modules.push_back(std::move(m));
+    }
+    if (!unknown.empty())
+        throw lora_error(path, "has " + std::to_string(unknown.size()) + " key" + (unknown.size() > 1 ? "s" : "") +
+                                   " that match no layer of this model: " + list_keys(unknown) +
+                                   " (a LoRA for another model, or a layout this tool does not know)");
+    file.format = kohya && diffusers ? "mixed" : kohya ? "kohya" : "diffusers";
+    return file;
+}
+
+double half_to_double(uint16_t h, bool bf16) {
+    if (bf16) {
+        const uint32_t bits = static_cast<uint32_t>(h) << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        return f;
+    }
+    const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    const double sign = (h & 0x8000) ? -1.0 : 1.0;
+    if (exp == 0) return sign * std::ldexp(mant, -24);
+    if (exp == 31) return mant ? NAN : sign * INFINITY;
+    return sign * std::ldexp(1024 + mant, exp - 25);
+}
+
+// An alpha is one number of any float type.
+double scalar_value(const WeightEntry& w, const char* bytes, const std::string& path) {
+    if (w.end - w.begin != (w.dtype == "F32" ? 4u : 2u))
+        throw lora_error(path, "has an alpha that is not one number: " + w.name + " " + shape_text(w.shape));
+    if (w.dtype == "F32") {
+        float f;
+        std::memcpy(&f, bytes, 4);
+        return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, bytes, 2);
+    return half_to_double(h, w.dtype == "BF16");
+}
+
+// The weight-file reader names files "weights file"; here they are LoRA files.
+Error as_lora_error(const Error& e, const std::string& path) {
+    const std::string what = e.what(), prefix = "weights file " + path;
+    if (starts_with(what, prefix)) return lora_error(path, what.substr(prefix.size() + 1));
+    return e;
+}
+
+}  // namespace
+
+LoraFile parse_lora(const std::string& file_bytes, const std::string& path, const LoraTargets& targets) {
+    std::vector<WeightEntry> index;
+    try {
+        index = parse_weight_index(file_bytes, path, WeightUse::AnyDtype);
+    } catch (const Error& e) {
+        throw as_lora_error(e, path);
+    }
+    const AlphaReader alpha = [&](const WeightEntry& w) {
+        return scalar_value(w, file_bytes.data() + w.begin, path);
+    };
+    return describe(index, alpha, path, targets);
+}
+
+LoraFile read_lora(const std::string& path, const LoraTargets& targets) {
+    if (!file_exists(path)) throw lora_error(path, "does not exist");
+    std::vector<WeightEntry> index;
+    try {
+        index = read_weight_index(path, WeightUse::AnyDtype);
+    } catch (const Error& e) {
+        throw as_lora_error(e, path);
+    }
+    std::ifstream f(path, std::ios::binary);
+    const AlphaReader alpha = [&](const WeightEntry& w) {
+        char bytes[4] = {};
+        f.seekg(static_cast<std::streamoff>(w.begin));
+        if (w.end - w.begin <= 4 && !f.read(bytes, static_cast<std::streamsize>(w.end - w.begin)))
+            throw lora_error(path, "cannot be read");
+        return scalar_value(w, bytes, path);
+    };
+    return describe(index, alpha, path, targets);
+}
+
+LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,
+                             const std::string& stage) {
+    std::unordered_map<std::string, const WeightEntry*> by_name;
+    for (const auto& w : stage_index) by_name[w.name] = &w;
+    std::unordered_set<std::string> seen;  // stacked LoRAs change a parameter once
+    LoraFootprint f;
+    for (const auto* file : files) {
+        for (const auto& m : file->modules) {
+            const auto it = by_name.find(m.param);
+            if (m.stage != stage || it == by_name.end() || !seen.insert(m.param).second) continue;
+            double bytes = 4;
+            for (int64_t d : it->second->shape) bytes *= static_cast<double>(d);
+            f.touched += bytes;
+            f.largest = std::max(f.largest, bytes);
+        }
+    }
+    return f;
+}
+
+std::string lora_short_hash(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    unsigned char len[8];
+    if (!f || !f.read(reinterpret_cast<char*>(len), 8)) throw lora_error(path, "cannot be read");
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = header << 8 | len[i];
+    f.seekg(0, std::ios::end);
+    const auto size = static_cast<uint64_t>(f.tellg());
+    if (header > size - 8) throw lora_error(path, "is corrupt: header length past the end of the file");
+    f.seekg(static_cast<std::streamoff>(8 + header));
+    Sha256 h;
+    std::vector<char> buf(1 << 20);
+    while (f) {
+        f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        h.update(buf.data(), static_cast<size_t>(f.gcount()));
+    }
+    return h.hex().substr(0, 12);
+}
+
+}  // namespace sd

@@ -1,0 +1,69 @@
+// A LoRA file's modules and the model parameters they change, from its
+// .safetensors header alone (no LibTorch): kohya / A1111 files (lora_unet_* /
+// lora_te_* with lora_down, lora_up and alpha, LoCon included) and diffusers'
+// pre-PEFT files (unet.*.lora.{down,up}.weight, text_encoder.*.lora_linear_layer.*).
+// Names are matched against the model's own weight files, so a LoRA for another
+// model (other widths, a linear proj_in on a 1x1-conv UNet, an open_clip text
+// encoder) is refused here, before any stage loads. docs/model-format.md.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/weight_file.h"
+
+namespace sd {
+
+// One low-rank update: W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape).
+struct LoraModule {
+    std::string key;       // the module's name in the file, e.g. "lora_unet_down_blocks_0_..._to_q"
+    std::string stage;     // "unet" or "text_encoder"
+    std::string param;     // the parameter in that stage's weight file, e.g. "input_blocks.1.1....to_q.weight"
+    WeightEntry down, up;  // byte ranges in the LoRA file
+    int64_t rank = 0;      // down's first size
+    double alpha = 0;      // from the file; absent: rank (scale 1)
+    double scale() const { return alpha / static_cast<double>(rank); }
+};
+
+struct LoraFile {
+    std::string path;
+    std::string format;    // "kohya" or "diffusers"
+    std::vector<LoraModule> modules;
+};
+
+// The parameters a LoRA may change: the headers of the model's unet.weights and
+// text_encoder.weights.
+struct LoraTargets {
+    std::vector<WeightEntry> unet, text_encoder;
+};
+
+// Reads a LoRA file's header (and its alpha scalars) and maps every module to
+// its target. Throws sd::Error with one line naming the file for a corrupt
+// file, an unknown layout, keys that match no layer of the model (the first
+// few and their count) and modules whose shapes do not fit their target.
+LoraFile read_lora(const std::string& path, const LoraTargets& targets);
+
+// The same on a whole file in memory (the fuzz harness and the unit tests).
+LoraFile parse_lora(const std::string& file_bytes, const std::string& path, const LoraTargets& targets);
+
+// What merging costs one stage in memory (docs/memory.md): every parameter a
+// LoRA changes gets a new fp32 tensor (touched), and the largest change is
+// computed beside its copy (largest); bytes.
+struct LoraFootprint {
+    double touched = 0, largest = 0;
+    double total() const { return touched + largest; }
+};
+LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,
+                             const std::string& stage);
+
+// The diffusers module path of one CompVis UNet module ("input_blocks.1.0.in_layers.2"
+// -> "down_blocks.0.resnets.0.conv1"), for UNets with two ResBlocks a level (SD 1.x,
+// 2.x); "" when it has none.
+std::string diffusers_unet_module(const std::string& compvis);
+
+// The first 12 hex digits of SHA-256 over the tensor data of a .safetensors
+// file (everything after its header): the "Lora hashes" of AUTOMATIC1111's
+// PNG text. Throws sd::Error when the file cannot be read.
+std::string lora_short_hash(const std::string& path);
+
+}  // namespace sd

@@ -1,0 +1,128 @@
+#include "text/lora_tags.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "sd/error.h"
+
+namespace sd {
+
+namespace {
+
+constexpr const char* kOpen = "<lora:";
+
+// Calls f(begin, end) for every "<lora:...>" (A1111: a tag is "<" word ":" anything but ">" ">").
+template <class F>
+void each_tag(const std::string& prompt, F f) {
+    size_t at = 0;
+    while ((at = prompt.find(kOpen, at)) != std::string::npos) {
+        const size_t end = prompt.find('>', at);
+        if (end == std::string::npos) return;
+        f(at, end + 1);
+        at = end + 1;
+    }
+}
+
+std::vector<std::string> split_colons(const std::string& s) {
+    std::vector<std::string> out(1);
+    for (char c : s) {
+        if (c == ':') out.emplace_back();
+        else out.back() += c;
+    }
+    return out;
+}
+
+std::string trim(const std::string& s) {
+    const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+double weight_of(const std::string& text, const std::string& tag, const std::string& where) {
+    const std::string t = trim(text);
+    char* end = nullptr;
+    const double v = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end != '\0' || !std::isfinite(v))
+        throw Error(where + ": " + tag + ": '" + t + "' is not a LoRA weight (a number such as 0.8)");
+    return v;
+}
+
+std::string number_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return buf;
+}
+
+}  // namespace
+
+std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string& where) {
+    std::vector<LoraTag> tags;
+    each_tag(prompt, [&](size_t b, size_t e) {
+        const std::string tag = prompt.substr(b, e - b);
+        const auto parts = split_colons(tag.substr(6, tag.size() - 7));
+        LoraTag t;
+        t.name = trim(parts[0]);
+        if (t.name.empty() || t.name.find('/') != std::string::npos)
+            throw Error(where + ": " + tag + " does not name a LoRA file (<lora:NAME:WEIGHT>, NAME without '/')");
+        bool unet_given = false;
+        std::vector<std::string> positional;
+        for (size_t i = 1; i < parts.size(); ++i) {
+            const std::string p = trim(parts[i]);
+            if (p.rfind("te=", 0) == 0) {
+                t.text_weight = weight_of(p.substr(3), tag, where);
+            } else if (p.rfind("unet=", 0) == 0) {
+                t.unet_weight = weight_of(p.substr(5), tag, where);
+                unet_given = true;
+            } else {
+                positional.push_back(p);
+            }
+        }
+        if (positional.size() > 2) throw Error(where + ": " + tag + " has more than two weights (<lora:NAME:TE:UNET>)");
+        if (!positional.empty()) t.text_weight = weight_of(positional[0], tag, where);
+        if (positional.size() == 2) t.unet_weight = weight_of(positional[1], tag, where);
+        else if (!unet_given) t.unet_weight = t.text_weight;  // one weight: both parts
+        tags.push_back(t);
+    });
+    return tags;
+}
+
+std::string strip_lora_tags(const std::string& prompt) {
+    std::string out;
+    size_t from = 0;
+    each_tag(prompt, [&](size_t b, size_t e) {
+        out += prompt.substr(from, b - from);
+        from = e;
+    });
+    return out + prompt.substr(from);
+}
+
+LoraUse parse_lora_flag(const std::string& text) {
+    LoraUse use;
+    use.path = text;
+    const size_t colon = text.find_last_of(':');
+    if (colon != std::string::npos) {
+        const std::string w = text.substr(colon + 1);
+        char* end = nullptr;
+        const double v = std::strtod(w.c_str(), &end);
+        if (!w.empty() && *end == '\0' && std::isfinite(v)) {
+            use.path = text.substr(0, colon);
+            use.text_weight = use.unet_weight = v;
+        }
+    }
+    if (use.path.empty()) throw Error("--lora '" + text + "' names no file (--lora FILE[:WEIGHT])");
+    std::string name = use.path.substr(use.path.find_last_of('/') == std::string::npos ? 0 : use.path.find_last_of('/') + 1);
+    const size_t dot = name.find_last_of('.');
+    if (dot != std::string::npos && dot > 0) name.erase(dot);
+    use.name = name;
+    use.where = "--lora";
+    return use;
+}
+
+std::string lora_tag_text(const std::string& name, double text_weight, double unet_weight) {
+    std::string t = "<lora:" + name + ":" + number_text(text_weight);
+    if (unet_weight != text_weight) t += ":" + number_text(unet_weight);
+    return t + ">";
+}
+
+}  // namespace sd

@@ -1,0 +1,31 @@
+// AUTOMATIC1111's LoRA prompt tags: <lora:NAME>, <lora:NAME:WEIGHT>,
+// <lora:NAME:TE_WEIGHT:UNET_WEIGHT> (or te=W / unet=W). The tags choose which
+// LoRA files are merged into the model; the text encoder never sees them.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sd/pipeline.h"
+
+namespace sd {
+
+struct LoraTag {
+    std::string name;
+    double text_weight = 1, unet_weight = 1;
+};
+
+// The tags of a prompt, in order. Throws sd::Error naming `where` and the tag
+// when a weight is not a number or the name is empty.
+std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string& where);
+
+// The prompt with its LoRA tags removed: what the text encoder sees.
+std::string strip_lora_tags(const std::string& prompt);
+
+// "<lora:NAME:W>" (or "<lora:NAME:TE:UNET>" when the two weights differ), as A1111 writes it.
+std::string lora_tag_text(const std::string& name, double text_weight, double unet_weight);
+
+// --lora FILE[:WEIGHT]: a trailing ":number" is the weight (for both parts),
+// anything else belongs to the path. Throws sd::Error for an empty path.
+LoraUse parse_lora_flag(const std::string& text);
+
+}  // namespace sd

@@ -1,0 +1,217 @@
+// LoRA on the tiny SD 1.x model against diffusers' runs (tests/fixtures/lora):
+// the merged weights (merged.safetensors, 1e-5), the text encoder and one UNet
+// call with the LoRA merged, and whole images through the CLI from --lora, from
+// a <lora:NAME:W> tag, two stacked LoRAs and a diffusers-format file.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "conformance_util.h"
+#include "engine/lora_merge.h"
+#include "engine/stage_loader.h"
+#include "io/weight_file.h"
+#include "test_util.h"
+
+namespace {
+
+const std::vector<std::string> kCases = {"la_m1.0_ddim10_64x64", "la_m0.6_ddim10_64x96", "la0.6_lb1.0_stacked_ddim10_64x64",
+                                         "lb_diffusers_m0.8_ddim10_64x64"};
+
+std::string lora_dir() { return sdtest::fixtures() + "/lora"; }
+std::string case_dir(const std::string& c) { return lora_dir() + "/cases/" + c; }
+std::string model() { return sdtest::test_models() + "/tiny-st"; }
+at::Tensor load(const std::string& c, const std::string& file) { return sdtest::load_tensor(case_dir(c) + "/" + file); }
+
+// The case's LoRAs: (file, multiplier) in the order they were fused.
+std::vector<std::pair<std::string, double>> case_loras(const std::string& c) {
+    std::vector<std::pair<std::string, double>> out;
+    const auto args = sdtest::read_json(case_dir(c) + "/args.json");  // kept: the loop reads into it
+    for (const auto& l : args.at("loras"))
+        out.emplace_back(l.at(0).get<std::string>(), l.at(1).get<double>());
+    return out;
+}
+
+sd::LoraTargets tiny_targets() {
+    return {sd::read_weight_index(model() + "/unet.weights"), sd::read_weight_index(model() + "/text_encoder.weights")};
+}
+
+// The case's LoRAs with every multiplier lowered by `lower` (the fixtures' must-FAIL variation).
+std::vector<sd::LoraMerge> merges(const std::string& c, double lower = 0) {
+    const auto targets = tiny_targets();
+    std::vector<sd::LoraMerge> out;
+    for (const auto& [file, m] : case_loras(c))
+        out.push_back({sd::read_lora(lora_dir() + "/" + file, targets), m - lower, m - lower});
+    return out;
+}
+
+torch::jit::Module merged_stage(const std::string& stage, const std::vector<sd::LoraMerge>& loras) {
+    const std::string which = stage == "unet.pt" ? "unet" : "text_encoder";
+    return sd::load_stage(model() + "/" + stage, at::kFloat, c10::kCPU, nullptr,
+                          [&](torch::jit::Module& m) { sd::merge_loras(m, which, loras); });
+}
+
+// merged.safetensors's F32 tensors, under this tool's stage and parameter names.
+std::map<std::string, at::Tensor> reference_merged(const std::string& c) {
+    const std::string path = case_dir(c) + "/merged.safetensors";
+    std::ifstream f(path, std::ios::binary);
+    std::map<std::string, at::Tensor> out;
+    for (const auto& w : sd::read_weight_index(path)) {
+        EXPECT_EQ(w.dtype, "F32") << w.name;
+        at::Tensor t = at::empty(w.shape, at::kFloat);
+        f.seekg(static_cast<std::streamoff>(w.begin));
+        f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(w.end - w.begin));
+        std::string name = w.name;
+        for (const std::string prefix : {"model.diffusion_model.", "cond_stage_model.transformer."})
+            if (name.rfind(prefix, 0) == 0)
+                name = (prefix[0] == 'm' ? "unet:" : "text_encoder:") + name.substr(prefix.size());
+        out[name] = t;
+    }
+    return out;
+}
+
+// Largest difference of the stages' merged parameters to merged.safetensors.
+double merged_error(const std::string& c, const std::vector<sd::LoraMerge>& loras) {
+    const auto ref = reference_merged(c);
+    EXPECT_EQ(ref.size(), 17u) << c;
+    double worst = 0;
+    size_t found = 0;
+    for (const std::string stage : {"unet", "text_encoder"}) {
+        auto m = merged_stage(stage + ".pt", loras);
+        for (const auto& p : m.named_parameters(true)) {
+            auto it = ref.find(stage + ":" + p.name);
+            if (it == ref.end()) continue;
+            ++found;
+            EXPECT_EQ(p.value.sizes(), it->second.sizes()) << p.name;
+            worst = std::max(worst, (p.value - it->second).abs().max().item<double>());
+        }
+    }
+    EXPECT_EQ(found, ref.size()) << c << ": merged.safetensors names a tensor the stages lack";
+    return worst;
+}
+
+}  // namespace
+
+TEST(LoraMerge, MergedWeightsMatchDiffusersFuse) {
+    c10::InferenceMode guard;
+    for (const auto& c : kCases) EXPECT_LE(merged_error(c, merges(c)), 1e-5) << c;
+}
+
+// The fixtures' must-FAIL variation (multiplier 0.1 lower) is caught at this tolerance.
+TEST(LoraMerge, MultiplierPointOneLowerFails) {
+    c10::InferenceMode guard;
+    for (const auto& c : {kCases[0], kCases[2]}) EXPECT_GT(merged_error(c, merges(c, 0.1)), 1e-3) << c;
+}
+
+// Only the targets change: every other parameter keeps the export's value, and every target changes.
+TEST(LoraMerge, OnlyTargetsChange) {
+    c10::InferenceMode guard;
+    const auto loras = merges(kCases[0]);
+    size_t targets = 0;
+    for (const auto& m : loras[0].file.modules) targets += m.stage == "unet";
+    auto base = sd::load_stage(model() + "/unet.pt");
+    auto merged = merged_stage("unet.pt", loras);
+    std::map<std::string, at::Tensor> before;
+    for (const auto& p : base.named_parameters(true)) before[p.name] = p.value;
+    size_t changed = 0;
+    for (const auto& p : merged.named_parameters(true)) changed += !at::equal(p.value, before.at(p.name));
+    EXPECT_EQ(changed, targets);
+    EXPECT_EQ(loras[0].file.modules.size(), 129u);  // lora_a's modules, all mapped
+    EXPECT_EQ(targets, 117u);                        // less the text encoder's 2 x 6
+}
+
+// fp16 weights (--weights fp16) still apply after the merge: the merge is fp32, then converted.
+TEST(LoraMerge, HalfWeightsAfterMerge) {
+    c10::InferenceMode guard;
+    const auto loras = merges(kCases[0]);
+    auto m = sd::load_stage(model() + "/unet.pt", at::kHalf, c10::kCPU, nullptr,
+                            [&](torch::jit::Module& s) { sd::merge_loras(s, "unet", loras); });
+    const auto ref = reference_merged(kCases[0]);
+    for (const auto& p : m.named_parameters(true)) {
+        EXPECT_EQ(p.value.scalar_type(), at::kHalf) << p.name;
+        if (auto it = ref.find("unet:" + p.name); it != ref.end())
+            EXPECT_LE((p.value.to(at::kFloat) - it->second).abs().max().item<double>(),
+                      1e-3 * it->second.abs().max().item<double>())
+                << p.name;
+    }
+}
+
+TEST(LoraStages, TextEncoderWithLoraMatchesCond) {
+    c10::InferenceMode guard;
+    for (const auto& c : kCases) {
+        auto te = merged_stage("text_encoder.pt", merges(c));
+        EXPECT_LE(sdtest::max_abs_diff(te.forward({load(c, "tokens.npy")}).toTensor(), load(c, "cond.npy")), 1e-4) << c;
+        EXPECT_LE(sdtest::max_abs_diff(te.forward({load(c, "uncond_tokens.npy")}).toTensor(), load(c, "uncond.npy")), 1e-4)
+            << c;
+    }
+}
+
+TEST(LoraStages, UnetWithLoraMatchesCalls) {
+    c10::InferenceMode guard;
+    for (const auto& c : kCases) {
+        auto unet = merged_stage("unet.pt", merges(c));
+        auto xs = load(c, "unet_x.npy"), ts = load(c, "unet_t.npy"), outs = load(c, "unet_out.npy");
+        auto ctx = load(c, "unet_context.npy");
+        for (int64_t k : {int64_t(0), xs.size(0) - 1})
+            EXPECT_LE(sdtest::max_abs_diff(unet.forward({xs[k], ts[k], ctx}).toTensor(), outs[k]), 2e-4) << c << " call " << k;
+    }
+}
+
+namespace {
+
+// The case's CLI line without its LoRAs: DDIM 10 steps, guidance 7.5, one image, one thread.
+std::vector<std::string> case_args(const std::string& c, const std::string& model_dir, const std::string& prompt_suffix = "") {
+    const auto a = sdtest::read_json(case_dir(c) + "/args.json");
+    return {sdtest::cli(), "--model", model_dir, "--outdir", sdtest::temp_dir(), "--quiet", "--threads", "1",
+            "--seed", std::to_string(a.at("seed").get<long long>()), "--H", std::to_string(a.at("H").get<int>()),
+            "--W", std::to_string(a.at("W").get<int>()), "--steps", std::to_string(a.at("num_inference_steps").get<int>()),
+            "--sampler", "ddim", "--scale", std::to_string(a.at("guidance_scale").get<double>()),
+            "--prompt", a.at("prompt").get<std::string>() + prompt_suffix};
+}
+
+std::vector<std::string> with_flags(std::vector<std::string> args, const std::string& c, double lower = 0) {
+    for (const auto& [file, m] : case_loras(c)) args.insert(args.end(), {"--lora", lora_dir() + "/" + file + ":" + std::to_string(m - lower)});
+    return args;
+}
+
+}  // namespace
+
+TEST(LoraCli, FromLoraFlag) { sdtest::check_cli_run(case_dir(kCases[0]), with_flags(case_args(kCases[0], model()), kCases[0]), sdtest::temp_dir()); }
+
+TEST(LoraCli, FromPromptTag) {
+    auto args = case_args(kCases[1], model(), " <lora:lora_a:0.6>");
+    args.insert(args.end(), {"--lora-dir", lora_dir()});
+    sdtest::check_cli_run(case_dir(kCases[1]), args, sdtest::temp_dir());
+}
+
+TEST(LoraCli, TwoStacked) { sdtest::check_cli_run(case_dir(kCases[2]), with_flags(case_args(kCases[2], model()), kCases[2]), sdtest::temp_dir()); }
+
+TEST(LoraCli, DiffusersFormat) { sdtest::check_cli_run(case_dir(kCases[3]), with_flags(case_args(kCases[3], model()), kCases[3]), sdtest::temp_dir()); }
+
+// The must-FAIL variation through the CLI: multipliers 0.1 lower are far outside the latents' tolerance.
+TEST(LoraCli, MultiplierPointOneLowerFails) {
+    const std::string out = sdtest::temp_dir();
+    auto args = with_flags(case_args(kCases[2], model()), kCases[2], 0.1);
+    args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
+    auto r = sdtest::run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_GT(sdtest::latents_relative_error(case_dir(kCases[2]), out + "/latents.npy"), 1e-2);
+}
+
+
+// LoRAs baked in by the export (export_model.py --lora, the export_tiny_lora test): the stacked
+// case without any --lora at run time.
+TEST(LoraExport, BakedStackedCase) {
+    const std::string baked = sdtest::test_models() + "/tiny-lora-stacked";
+    sdtest::check_cli_run(case_dir(kCases[2]), case_args(kCases[2], baked), sdtest::temp_dir());
+    // And it is not the plain model: the same line there is far from the case.
+    const std::string out = sdtest::temp_dir();
+    auto args = case_args(kCases[2], model());
+    args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
+    ASSERT_EQ(sdtest::run(args).exit_code, 0);
+    EXPECT_GT(sdtest::latents_relative_error(case_dir(kCases[2]), out + "/latents.npy"), 1e-2);
+}

@@ -1,0 +1,106 @@
+// A1111's <lora:NAME:W> prompt tags (text/lora_tags.h), --lora FILE[:W], and
+// what a run's plan makes of them: LoRA sets per prompt, batches that never
+// mix sets, and the PNG text (run/batch_plan.h).
+#include <gtest/gtest.h>
+
+#include "run/batch_plan.h"
+#include "sd/error.h"
+#include "sd/from_png.h"
+#include "text/lora_tags.h"
+
+TEST(LoraTags, FoundInOrderWithTheirWeights) {
+    const auto tags = sd::find_lora_tags("a <lora:one> cat <lora: two :0.5>, <lora:three:0.3:0.9> <lora:four:unet=0.2:te=0.1>", "p");
+    ASSERT_EQ(tags.size(), 4u);
+    EXPECT_EQ(tags[0].name, "one");
+    EXPECT_EQ(tags[0].text_weight, 1.0);
+    EXPECT_EQ(tags[0].unet_weight, 1.0);
+    EXPECT_EQ(tags[1].name, "two");
+    EXPECT_EQ(tags[1].text_weight, 0.5);
+    EXPECT_EQ(tags[1].unet_weight, 0.5);
+    EXPECT_EQ(tags[2].text_weight, 0.3);
+    EXPECT_EQ(tags[2].unet_weight, 0.9);
+    EXPECT_EQ(tags[3].text_weight, 0.1);
+    EXPECT_EQ(tags[3].unet_weight, 0.2);
+    EXPECT_TRUE(sd::find_lora_tags("no tags <hypernet:x:1> (a:1.2) <lora:unclosed", "p").empty());
+}
+
+TEST(LoraTags, StrippedFromTheTextTheEncoderSees) {
+    EXPECT_EQ(sd::strip_lora_tags("a <lora:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
+    EXPECT_EQ(sd::strip_lora_tags("<hypernet:z:1> <lora:open"), "<hypernet:z:1> <lora:open");
+}
+
+TEST(LoraTags, BadTagsAreOneLineNamingThePrompt) {
+    for (const char* p : {"<lora:x:abc>", "<lora::1>", "<lora:a/b:1>", "<lora:x:1:2:3>", "<lora:x:inf>"}) {
+        try {
+            sd::find_lora_tags(p, "f.txt:3");
+            ADD_FAILURE() << p;
+        } catch (const sd::Error& e) {
+            EXPECT_EQ(std::string(e.what()).rfind("f.txt:3: ", 0), 0u) << e.what();
+        }
+    }
+}
+
+TEST(LoraTags, FlagTakesATrailingWeight) {
+    auto a = sd::parse_lora_flag("dir/my:style.safetensors:0.7");
+    EXPECT_EQ(a.path, "dir/my:style.safetensors");
+    EXPECT_EQ(a.name, "my:style");
+    EXPECT_EQ(a.unet_weight, 0.7);
+    auto b = sd::parse_lora_flag("x.safetensors");
+    EXPECT_EQ(b.path, "x.safetensors");
+    EXPECT_EQ(b.text_weight, 1.0);
+    EXPECT_THROW(sd::parse_lora_flag(":0.5"), sd::Error);
+    EXPECT_EQ(sd::lora_tag_text("n", 0.5, 0.5), "<lora:n:0.5>");
+    EXPECT_EQ(sd::lora_tag_text("n", 1, 0.25), "<lora:n:1:0.25>");
+}
+
+namespace {
+sd::Txt2ImgJob tagged_job(const std::string& text) {
+    sd::Txt2ImgJob job;
+    job.prompts = sd::parse_prompts(text, "p.txt", false);
+    job.from_file = true;
+    job.n_samples = 4;
+    job.lora_dir = "loras";
+    job.loras = {sd::parse_lora_flag("base.safetensors:0.5")};
+    return job;
+}
+}  // namespace
+
+// The tags first, then --lora's files (the PNG text's order); prompts with another set start another batch.
+TEST(LoraPlan, BatchesNeverMixLoraSets) {
+    const auto plan = sd::plan_run(tagged_job("a <lora:s:1>\nb <lora:s:1>\nc\nd <lora:s:0.5>\n"));
+    ASSERT_EQ(plan.batches.size(), 3u);
+    EXPECT_EQ(plan.batches[0].images.size(), 2u);
+    const auto& l = plan.items[0].settings.loras;
+    ASSERT_EQ(l.size(), 2u);
+    EXPECT_EQ(l[1].path, "base.safetensors");
+    EXPECT_EQ(l[0].path, "loras/s.safetensors");
+    EXPECT_TRUE(l[0].from_tag);
+    EXPECT_EQ(plan.items[2].settings.loras.size(), 1u);
+    EXPECT_EQ(plan.items[3].settings.loras[0].text_weight, 0.5);
+}
+
+TEST(LoraPlan, TagWithoutLoraDirIsRefused) {
+    auto job = tagged_job("a <lora:s:1>\n");
+    job.lora_dir.clear();
+    try {
+        sd::plan_run(job);
+        ADD_FAILURE();
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--lora-dir"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).rfind("p.txt:1", 0), 0u) << e.what();
+    }
+}
+
+// A1111's text: the tags stay in the prompt (--lora's files added as tags), "Lora hashes" lists them;
+// --from-png reads the prompt back with its tags.
+TEST(LoraPlan, ParametersTextRecordsLorasAsA1111) {
+    auto plan = sd::plan_run(tagged_job("a cat <lora:s:0.8>\n"));
+    auto& item = plan.items[0];
+    item.settings.loras[1].hash = "0123456789ab";
+    item.settings.loras[0].hash = "ba9876543210";
+    const std::string text = sd::parameters_text(item, plan.batches[0].images[0], sd::SeedMode::compvis, "m");
+    EXPECT_EQ(text.substr(0, text.find('\n')), "a cat <lora:s:0.8> <lora:base:0.5>");
+    EXPECT_NE(text.find(", Lora hashes: \"s: ba9876543210, base: 0123456789ab\","), std::string::npos) << text;
+    const auto back = sd::parse_parameters_text(text, "x.png");
+    EXPECT_EQ(back.prompt, "a cat <lora:s:0.8> <lora:base:0.5>");
+}
