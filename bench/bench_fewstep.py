@@ -55,7 +55,7 @@ def run_one(binary, model, flags, size, threads, outdir):
     if p.returncode != 0:
         sys.exit(f"bench_fewstep: failed ({p.returncode}): {shlex.join(cmd)}\n{p.stderr[-2000:]}")
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
-    decode = re.search(r"(?:VAE|TAESD|vae|taesd)[^\n]*?decode[^\n]*?([0-9.]+) s", p.stderr)
+    decode = re.search(r"last decode ([0-9.]+) s", p.stderr)
     return {"cmd": cmd, "wall": wall, "rss_gib": int(rss.group(1)) / 2**20 if rss else float("nan"),
             "decode_s": float(decode.group(1)) if decode else None, "stderr": p.stderr}
 

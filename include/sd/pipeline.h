@@ -67,6 +67,7 @@ struct StageTimes {
     double text_load = 0, unet_load = 0, vae_load = 0;
     double first_text_encode = 0;
     double start_to_first_step = 0;
+    double last_decode = 0;              // the last batch's VAE (or TAESD) decode, without loading
 };
 
 // One LoRA merged into the text encoder and UNet at load (--lora FILE[:W], or a

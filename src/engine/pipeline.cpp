@@ -1,5 +1,6 @@
 #include "sd/pipeline.h"
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -521,7 +522,11 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
         end_stage(im.peaks.unet, im.peaks.unet_kept);
 
         start_measure();
+        const double vae_load_before = im.times.vae_load;
+        const auto decode_start = std::chrono::steady_clock::now();
         at::Tensor decoded = im.decode(latents, plan);
+        im.times.last_decode = std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count() -
+                               (im.times.vae_load - vae_load_before);
         if (!at::isfinite(decoded).all().item<bool>())
             throw RunFailure("the VAE decoder gave NaN or infinite pixels, so no image was written: its weights may hold "
                              "NaN or Inf (a damaged or badly converted checkpoint or VAE)");

@@ -21,8 +21,8 @@ std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, cons
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "sd-txt2img: timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded "
-                  "in %.2f s, start to first step %.2f s\n",
-                  t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step);
+                  "in %.2f s, start to first step %.2f s, last decode %.2f s\n",
+                  t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step, t.last_decode);
     out += buf;
     out += "sd-txt2img: allocator: " + std::to_string(m.reused_blocks) + " of " + std::to_string(m.large_blocks) +
            " large blocks reused\n";

@@ -143,19 +143,20 @@ TEST(VerboseSummary, PredictedAndMeasuredPeaksAndLoadTimes) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (const char* stage : {"text encoder peak: predicted", "unet         peak: predicted", "vae decoder  peak: predicted"})
         EXPECT_NE(r.err.find(stage), std::string::npos) << r.err;
-    double text = -1, unet = -1, vae = -1, encode = -1, first = -1;
+    double text = -1, unet = -1, vae = -1, encode = -1, first = -1, decode = -1;
     const auto pos = r.err.find("timing: ");
     ASSERT_NE(pos, std::string::npos) << r.err;
     ASSERT_EQ(std::sscanf(r.err.c_str() + pos,
                           "timing: text encoder load %lf s, UNet load %lf s, VAE load %lf s, first prompts encoded in "
-                          "%lf s, start to first step %lf s",
-                          &text, &unet, &vae, &encode, &first), 5)
+                          "%lf s, start to first step %lf s, last decode %lf s",
+                          &text, &unet, &vae, &encode, &first, &decode), 6)
         << r.err;
     // Both loads and the encoding happen before the first step, and the process start before them.
     EXPECT_GT(first, 0);
     EXPECT_GE(encode, 0);
     EXPECT_GE(first + 0.03, text + unet + encode) << r.err;  // /proc's clock ticks are 10 ms
     EXPECT_GE(vae, 0);
+    EXPECT_GT(decode, 0);  // the decode itself, its loading not counted
 }
 
 TEST(Precision, HalfComputeIsRefusedOnCpuWithTheReason) {
