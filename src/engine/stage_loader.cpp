@@ -8,7 +8,6 @@
 #include <cctype>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -60,13 +59,6 @@ using ShapeMap = std::unordered_map<std::string, std::vector<int64_t>>;
 // model with the same parameter names would load and fail mid-run.
 constexpr const char* kShapesEntry = "parameter_shapes.json";
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-    std::ostringstream o;
-    o << '[';
-    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
-    o << ']';
-    return o.str();
-}
 
 std::string lowercase(std::string s) {
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

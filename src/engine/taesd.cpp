@@ -1,10 +1,10 @@
 #include "engine/taesd.h"
 
-#include <sstream>
 #include <vector>
 
 #include "engine/addon_weights.h"
 #include "io/fs_util.h"
+#include "io/weight_file.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -27,13 +27,6 @@ constexpr Layer kLayers[] = {
 };
 constexpr int kLatentChannels = 4;
 
-std::string shape_text(at::IntArrayRef shape) {
-    std::ostringstream o;
-    o << '[';
-    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
-    o << ']';
-    return o.str();
-}
 
 // Every tensor the decoder needs, by madebyollin's name, for C channels.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(int64_t c) {
@@ -102,7 +95,7 @@ TaesdDecoder TaesdDecoder::load(const std::string& path) {
     if (first == d.weights_.end())
         throw Error("TAESD decoder " + file + " lacks the tensor 1.weight (decoder.layers.0.weight): not a TAESD decoder");
     if (first->second.dim() != 4 || first->second.size(0) < 1)
-        throw Error("TAESD decoder " + file + ": 1.weight is " + shape_text(first->second.sizes()) +
+        throw Error("TAESD decoder " + file + ": 1.weight is " + shape_text(first->second.sizes().vec()) +
                     ", a TAESD decoder's is [C,4,3,3]");
     d.channels_ = static_cast<int>(first->second.size(0));
     const auto expected = expected_tensors(d.channels_);
@@ -110,7 +103,7 @@ TaesdDecoder TaesdDecoder::load(const std::string& path) {
         const auto it = d.weights_.find(name);
         if (it == d.weights_.end()) throw Error("TAESD decoder " + file + " lacks the tensor " + name);
         if (it->second.sizes() != at::IntArrayRef(shape))
-            throw Error("TAESD decoder " + file + ": " + name + " is " + shape_text(it->second.sizes()) + ", expected " +
+            throw Error("TAESD decoder " + file + ": " + name + " is " + shape_text(it->second.sizes().vec()) + ", expected " +
                         shape_text(shape) + " for " + std::to_string(d.channels_) + " channels");
     }
     if (d.weights_.size() != expected.size()) {

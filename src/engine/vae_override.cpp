@@ -1,6 +1,5 @@
 #include "engine/vae_override.h"
 
-#include <sstream>
 
 #include "engine/addon_weights.h"
 #include "io/weight_file.h"
@@ -12,13 +11,6 @@ namespace {
 
 bool starts_with(const std::string& s, const std::string& head) { return s.compare(0, head.size(), head) == 0; }
 
-std::string shape_text(at::IntArrayRef shape) {
-    std::ostringstream o;
-    o << '[';
-    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
-    o << ']';
-    return o.str();
-}
 
 // A name as vae_decoder.weights spells it, or "" for tensors that are not the
 // decoder's. A .ckpt's tensors sit under "state_dict." (read_addon_weights
@@ -45,7 +37,7 @@ std::map<std::string, at::Tensor> read_vae_override(const std::string& path, con
         const auto it = found.find(e.name);
         if (it == found.end()) throw Error("--vae " + path + " lacks the tensor " + e.name + " of this model's VAE decoder");
         if (it->second.sizes() != at::IntArrayRef(e.shape))
-            throw Error("--vae " + path + ": " + e.name + " is " + shape_text(it->second.sizes()) + ", this model's VAE has " +
+            throw Error("--vae " + path + ": " + e.name + " is " + shape_text(it->second.sizes().vec()) + ", this model's VAE has " +
                         shape_text(e.shape) + " (a VAE for another model family?)");
     }
     if (found.size() != model.size()) {

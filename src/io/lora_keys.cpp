@@ -7,10 +7,10 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "io/weight_file.h"
 #include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/sha256.h"
@@ -113,13 +113,6 @@ namespace {
 
 Error lora_error(const std::string& path, const std::string& what) { return Error("LoRA file " + path + " " + what); }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-    std::ostringstream o;
-    o << '[';
-    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
-    o << ']';
-    return o.str();
-}
 
 std::string underscored(std::string s) {
     for (auto& c : s)

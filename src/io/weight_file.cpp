@@ -21,6 +21,12 @@ uint64_t element_size(const std::string& dtype, WeightUse use) {
 
 }  // namespace
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string out = "[";
+    for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
+    return out + "]";
+}
+
 int dtype_size(const std::string& dtype) {
     if (dtype == "F64" || dtype == "I64") return 8;
     if (dtype == "F32" || dtype == "I32") return 4;

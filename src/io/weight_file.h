@@ -35,6 +35,9 @@ std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const
 // "I64", "I32", "I16", "I8", "U8", "BOOL"); 0 for any other name.
 int dtype_size(const std::string& dtype);
 
+// "[320,4,3,3]": a shape as the one-line errors about weight files print it.
+std::string shape_text(const std::vector<int64_t>& shape);
+
 // Where a stage's weights live: "dir/unet.pt" -> "dir/unet.weights".
 std::string weight_file_for(const std::string& stage_path);
 
