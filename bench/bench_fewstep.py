@@ -54,10 +54,25 @@ def run_one(binary, model, flags, size, threads, outdir):
     wall = time.time() - t0
     if p.returncode != 0:
         sys.exit(f"bench_fewstep: failed ({p.returncode}): {shlex.join(cmd)}\n{p.stderr[-2000:]}")
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    # --verbose resets the kernel's peak counter at each stage, so /usr/bin/time's
+    # figure covers the last stage only: the run's peak is the largest stage peak.
+    stages = {m.group(1): gib(m.group(2)) for m in
+              re.finditer(r"^\s*(text encoder|unet|vae decoder)\s+peak: .*measured ([0-9.]+ [GM]iB)", p.stderr, re.M)}
     decode = re.search(r"last decode ([0-9.]+) s", p.stderr)
-    return {"cmd": cmd, "wall": wall, "rss_gib": int(rss.group(1)) / 2**20 if rss else float("nan"),
+    return {"cmd": cmd, "wall": wall, "rss_gib": max(stages.values()) if stages else float("nan"),
+            "unet_gib": stages.get("unet", float("nan")),
             "decode_s": float(decode.group(1)) if decode else None, "stderr": p.stderr}
+
+
+def gib(text):
+    value, unit = text.split()
+    return float(value) / (1024 if unit == "MiB" else 1)
+
+
+def shown(cmd, outdir):
+    """A command line as the docs show it: the binary relative to the checkout, OUT for the temporary folder."""
+    cmd = [os.path.relpath(c, ROOT) if i == 0 else ("OUT" if c == outdir else c) for i, c in enumerate(cmd)]
+    return shlex.join(cmd)
 
 
 def main():
@@ -94,25 +109,31 @@ def main():
         for name, model, flags in rows:
             r = run_one(a.bin, model, flags, a.size, a.threads, out)
             print(f"{name}: {r['wall']:.1f} s, peak RSS {r['rss_gib']:.2f} GiB", file=sys.stderr, flush=True)
+            r["shown"] = shown(r["cmd"], out)
             results.append((name, r))
     load_after = os.getloadavg()
 
     L = [BEGIN_MARK, "", f"## Few-step images, {a.size}x{a.size} (issue 19)", ""]
     L.append(f"{cpu_name()}; {a.threads} threads; {started}; load average {load_before[0]:.1f} before, "
              f"{load_after[0]:.1f} after. One run each, one after another, in this order:")
-    L += ["", "```sh", shlex.join([sys.executable, "bench/bench_fewstep.py"] + sys.argv[1:]), "```", ""]
-    L += ["| configuration | seconds per image (end to end) | peak RSS | decode |", "| --- | --- | --- | --- |"]
+    L += ["", "```sh", shlex.join(["/usr/bin/python3", "bench/bench_fewstep.py"] + sys.argv[1:]), "```", ""]
+    L += ["Peak RSS is the largest of the stage peaks `--verbose` measures (it resets the kernel's counter at "
+          "each stage, so `/usr/bin/time` would see the last stage only); the UNet stage's, where a LoRA is "
+          "merged, beside it.", ""]
+    L += ["| configuration | seconds per image (end to end) | peak RSS | UNet stage peak | decode |",
+          "| --- | --- | --- | --- | --- |"]
     for name, r in results:
         dec = f"{r['decode_s']:.1f} s" if r["decode_s"] is not None else "-"
-        L.append(f"| {name} | {r['wall']:.1f} | {r['rss_gib']:.2f} GiB | {dec} |")
+        L.append(f"| {name} | {r['wall']:.1f} | {r['rss_gib']:.2f} GiB | {r['unet_gib']:.2f} GiB | {dec} |")
     base = dict(results).get("LCM 4 steps, scale 1")
     merged = dict(results).get("LCM 4 steps, scale 1, LoRA merged at load")
     if base and merged:
-        L += ["", f"The LoRA merged at load adds {100 * (merged['rss_gib'] / base['rss_gib'] - 1):+.1f}% to peak RSS."]
-    L += ["", "Each command: " + "`" + shlex.join(results[0][1]["cmd"][:1] + ["--model", "M", "--prompt", PROMPT, "..."]) +
-          "` with the flags of its row; full lines:", ""]
+        L += ["", f"The LoRA merged at load adds {100 * (merged['rss_gib'] / base['rss_gib'] - 1):+.1f}% to peak RSS "
+              f"({100 * (merged['unet_gib'] / base['unet_gib'] - 1):+.1f}% to the UNet stage's peak)."]
+    L += ["", "Each command: `build/sd-txt2img --model M --prompt '" + PROMPT + "' ...` with the flags of its row; "
+          "full lines:", ""]
     for name, r in results:
-        L.append(f"- {name}: `{shlex.join(r['cmd'])}`")
+        L.append(f"- {name}: `{r['shown']}`")
     L += ["", END_MARK]
     block = "\n".join(L)
     print(block)
