@@ -152,6 +152,8 @@ struct Flags {
     sd::Txt2ImgJob job;  // the flags that map onto it directly
     // LoRA: --lora FILE[:WEIGHT], repeatable (--lora-dir goes into job).
     std::vector<std::string> loras;
+    // SDXL's size conditioning (WxH, TOP,LEFT, WxH); empty: the reference's defaults.
+    std::string original_size, crop_coords, target_size;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -233,6 +235,11 @@ void add_flags(CLI::App& app, Flags& f) {
     // LoRA: merged into the text encoder and UNet at load (README "Flags").
     app.add_option("--lora", f.loras, "merge a LoRA .safetensors: FILE[:WEIGHT] (repeatable, in order; weight 1 by default)");
     app.add_option("--lora-dir", job.lora_dir, "folder where a prompt's <lora:NAME:WEIGHT> tag finds NAME.safetensors");
+    // SDXL's size conditioning (README "SDXL").
+    app.add_option("--original-size", f.original_size,
+                   "SDXL: the size the picture is said to come from, WIDTHxHEIGHT (default: the image size)");
+    app.add_option("--crop-coords", f.crop_coords, "SDXL: the crop's top-left corner, TOP,LEFT in pixels (default: 0,0)");
+    app.add_option("--target-size", f.target_size, "SDXL: the target size, WIDTHxHEIGHT (default: the image size)");
 }
 
 // --from-file - runs as its lines arrive (sd::run_txt2img_stream); --n_iter repeats
@@ -307,6 +314,21 @@ void settle_job(const CLI::App& app, Flags& f) {
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
     for (const auto& l : f.loras) job.loras.push_back(sd::parse_lora_flag(l));
+    if (!f.original_size.empty()) {
+        const auto v = sd::parse_whole_pair("--original-size", f.original_size, 'x', 1);
+        job.settings.original_width = v.first;
+        job.settings.original_height = v.second;
+    }
+    if (!f.crop_coords.empty()) {
+        const auto v = sd::parse_whole_pair("--crop-coords", f.crop_coords, ',', 0);
+        job.settings.crop_top = v.first;
+        job.settings.crop_left = v.second;
+    }
+    if (!f.target_size.empty()) {
+        const auto v = sd::parse_whole_pair("--target-size", f.target_size, 'x', 1);
+        job.settings.target_width = v.first;
+        job.settings.target_height = v.second;
+    }
     sd::check_job(job);
 }
 

@@ -171,8 +171,10 @@ def count_unet_flops(arch, h, w, rows, context_len, context_dim):
     x = torch.empty(rows, arch.get("in_channels", 4), h, w, device="meta")
     t = torch.zeros(rows, dtype=torch.long, device="meta")
     c = torch.empty(rows, context_len, context_dim, device="meta")
+    # SDXL's UNet also takes its vector input (pooled text and size embeddings)
+    y = torch.empty(rows, arch["adm_in_channels"], device="meta") if arch.get("adm_in_channels") else None
     with torch.no_grad():
-        model(x, t, c)
+        model(x, t, c) if y is None else model(x, t, c, y)
     acc["total"] = sum(acc.values())
     return acc, n_params
 

@@ -5,6 +5,7 @@
 # lines on stdin (ATTENTION may be auto; BUDGET may be "-" for none).
 # Prints a Markdown table row per run (a plan the tool refuses gets its message).
 # Usage: scripts/bench_memory.sh MODEL_DIR < configs.txt
+# SD_EXTRA_ARGS adds flags to every run (e.g. "--weights fp16" or "--scale 1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?model folder}
@@ -17,6 +18,9 @@ while read -r size images attention budget sampler steps; do
   [ -z "$size" ] && continue
   args=(--model "$model" --prompt "a photograph of an astronaut riding a horse" --H "$size" --W "$size"
         --n_samples "$images" --attention "$attention" --sampler "$sampler" --steps "$steps" --threads 2)
+  # shellcheck disable=SC2206  # word splitting wanted: several flags in one variable
+  extra=(${SD_EXTRA_ARGS:-})
+  args+=("${extra[@]}")
   [ "$budget" != "-" ] && args+=(--max-memory "$budget")
   if ! plan=$("$bin" "${args[@]}" --plan 2>&1); then  # refused up front: the row says why
     printf '| %s² | %s | %s | %s | %s %s | %s | | not run | |\n' "$size" "$images" "$attention" "$budget" \

@@ -21,10 +21,23 @@ struct ModelConfig {
     int bos_id = 49406, eos_id = 49407, pad_id = 49407;
     int text_layers_used = 0;  // transformer layers the text encoder runs (model.json); 0: not recorded
     std::vector<float> alphas_cumprod;
+    double linear_start = 0, linear_end = 0;  // the betas' range (model.json); 0: not recorded
     std::string source;
     std::string architecture_json;  // "architecture" of model.json (sizes of the three networks), as JSON text
 
     std::string text_encoder_path, unet_path, vae_decoder_path, vocab_path, merges_path;
+
+    // SDXL (family "sdxl", model.json "sdxl"): a second text encoder (OpenCLIP
+    // bigG, text_encoder_2_path) whose hidden states follow the first's in the
+    // UNet's context, and the UNet's vector input y = its pooled output
+    // followed by six size embeddings (original size, crop, target size).
+    struct Sdxl {
+        int text_encoder_width = 0, text_encoder_2_width = 0;
+        int text_encoder_2_pad_id = 0;
+        int pooled_dim = 0, size_embedding_dim = 0, adm_in_channels = 0;
+    } sdxl;
+    std::string text_encoder_2_path;
+    bool is_sdxl() const { return family == "sdxl"; }
 
     // The sampler recipe the model is meant for (model.json "default_sampler",
     // "default_steps", "default_schedule"; with guidance_scale above), used by

@@ -100,6 +100,11 @@ struct GenerateSettings {
     // LoRA: merged at load, in this order; the pipeline reloads the text encoder
     // and UNet when a batch names another set (batches never mix sets).
     std::vector<LoraUse> loras;
+    // SDXL's size conditioning (sgm's get_batch, diffusers' add_time_ids), in
+    // pixels: 0 means the reference's default, the image's own size for the
+    // original and the target size.
+    int original_width = 0, original_height = 0, target_width = 0, target_height = 0;
+    int crop_top = 0, crop_left = 0;
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.

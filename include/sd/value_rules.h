@@ -37,4 +37,12 @@ int check_threads(int64_t threads);
 void check_clip_skip(const std::string& what, int64_t clip_skip, int text_layers);
 int max_threads();
 
+// Two whole numbers "AxB" (--original-size, --target-size: width x height) or
+// "A,B" (--crop-coords: top, left), each from `lo` to kSideRange.hi. Throws
+// sd::Error naming `what` and the text otherwise.
+struct WholePair {
+    int first = 0, second = 0;
+};
+WholePair parse_whole_pair(const std::string& what, const std::string& text, char separator, int64_t lo);
+
 }  // namespace sd

@@ -13,6 +13,7 @@
 #include "io/fs_util.h"
 #include "io/weight_file.h"
 #include "engine/conditioning.h"
+#include "engine/sdxl_conditioning.h"
 #include "engine/embeddings.h"
 #include "io/embedding_file.h"
 #include "sd/error.h"
@@ -183,7 +184,7 @@ struct TorchPipeline::Impl {
     MemoryModel memory;
     double base_rss = 0;
     std::optional<ClipTokenizer> tokenizer;
-    std::optional<torch::jit::Module> text_encoder, unet, vae;
+    std::optional<torch::jit::Module> text_encoder, text_encoder_2, unet, vae;  // text_encoder_2: SDXL
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
     StagePeaks peaks;
     StageTimes times;
@@ -218,6 +219,7 @@ struct TorchPipeline::Impl {
     void use_loras(const std::vector<LoraUse>& loras) {
         if (loras == merged_loras) return;
         release(text_encoder);
+        release(text_encoder_2);
         release(unet);
         merged_loras = loras;
     }
@@ -235,9 +237,9 @@ struct TorchPipeline::Impl {
     std::map<std::string, at::Tensor> vae_override;
     PreviewFn preview;
 
-    // The text encoder always holds fp32 weights: it runs alone, before the UNet.
+    // The text encoders always hold fp32 weights: they run alone, before the UNet.
     at::ScalarType weight_type(const std::string& path) const {
-        return path == config.text_encoder_path ? at::kFloat : held_type;
+        return path == config.text_encoder_path || path == config.text_encoder_2_path ? at::kFloat : held_type;
     }
 
     // Stage inputs go to the device in the compute dtype; outputs come back as
@@ -265,8 +267,10 @@ struct TorchPipeline::Impl {
     }
 
     // Long prompts and weighting: conditioning.h. Clip skip for the prompts only (as diffusers).
-    Conditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
-                             const GenerateSettings& s) {
+    // SDXL: both encoders and the UNet's vector input (sdxl_conditioning.h).
+    SdxlConditioning encode_text(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+                                 const GenerateSettings& s) {
+        if (config.is_sdxl()) return encode_sdxl(prompts, negatives, s);
         auto& te = stage(text_encoder, config.text_encoder_path, &times.text_load);
         check_text_encoder_features(te, config.text_encoder_path, s.clip_skip != 1, !embeddings.empty());
         const at::Tensor extra = embedding_table(embeddings, config.context_dim).to(device);
@@ -277,8 +281,39 @@ struct TorchPipeline::Impl {
             };
         };
         const auto added = added_words(embeddings, token_table(te).size(0));
-        return encode_conditioning(encoder(s.clip_skip - 1), encoder(0), *tokenizer, config, prompts, negatives,
-                                   {s.long_prompts, s.prompt_weights}, added);
+        auto [cond, uncond] = encode_conditioning(encoder(s.clip_skip - 1), encoder(0), *tokenizer, config, prompts,
+                                                  negatives, {s.long_prompts, s.prompt_weights}, added);
+        return {cond, uncond, {}, {}};
+    }
+
+    SdxlConditioning encode_sdxl(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
+                                 const GenerateSettings& s) {
+        auto& te1 = stage(text_encoder, config.text_encoder_path, &times.text_load);
+        auto& te2 = stage(text_encoder_2, config.text_encoder_2_path, &times.text_load);
+        auto encoders = [&](int64_t skip) {
+            SdxlEncoders e;
+            e.first = [&, skip](const at::Tensor& ids) {
+                peaks.text_rows += ids.size(0);
+                te1.setattr("clip_skip", skip);
+                return to_host(te1.forward({ids.to(device)}).toTensor());
+            };
+            e.second = [&, skip](const at::Tensor& ids) {
+                peaks.text_rows += ids.size(0);
+                te2.setattr("clip_skip", skip);
+                auto out = te2.run_method("forward_pooled", ids.to(device)).toTuple();
+                return std::pair{to_host(out->elements()[0].toTensor()), to_host(out->elements()[1].toTensor())};
+            };
+            return e;
+        };
+        const auto& st = s;
+        const SizeValues sizes = {st.original_height ? st.original_height : st.height,
+                                  st.original_width ? st.original_width : st.width,
+                                  st.crop_top,
+                                  st.crop_left,
+                                  st.target_height ? st.target_height : st.height,
+                                  st.target_width ? st.target_width : st.width};
+        return encode_sdxl_conditioning(encoders(s.clip_skip - 1), encoders(0), *tokenizer, config, prompts, negatives,
+                                        {s.long_prompts, s.prompt_weights}, sizes);
     }
 
     // TAESD takes the UNet's latents as they are and gives [0, 1]; 2x - 1 makes
@@ -376,12 +411,16 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : impl_(std::make_u
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     impl_->config = load_model_config(options.model_dir);
     const bool full_vae = options.vae_decoder.empty();
-    for (const auto* stage : {&impl_->config.text_encoder_path, &impl_->config.unet_path, &impl_->config.vae_decoder_path})
-        if (full_vae || stage != &impl_->config.vae_decoder_path) check_stage_files(*stage);
+    for (const auto* stage : {&impl_->config.text_encoder_path, &impl_->config.unet_path, &impl_->config.vae_decoder_path,
+                              &impl_->config.text_encoder_2_path})
+        if (!stage->empty() && (full_vae || stage != &impl_->config.vae_decoder_path)) check_stage_files(*stage);
     impl_->load_addons(options);
     impl_->memory = memory_model(impl_->config);
     if (impl_->taesd) set_taesd_stage(impl_->memory, impl_->taesd->channels(), impl_->taesd->weight_bytes());
     impl_->tokenizer = ClipTokenizer::load(impl_->config.vocab_path, impl_->config.merges_path);
+    if (impl_->config.is_sdxl() && !(options.embeddings.empty() && options.embeddings_dir.empty()))
+        throw Error("textual-inversion embeddings on SDXL models are not supported yet (only SD 1.x and 2.x ones); "
+                    "run without --embedding and --embeddings-dir");
     impl_->embeddings = load_embeddings(embedding_files(options.embeddings, options.embeddings_dir),
                                         impl_->config.context_dim, impl_->config.context_length - 2);
     configure_runtime(options.threads);
@@ -420,6 +459,14 @@ void TorchPipeline::check(const GenerateSettings& s) const {
             throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +
                         std::to_string(c.size_multiple) + ", which this model needs");
     }
+    const bool size_flags = s.original_width || s.original_height || s.target_width || s.target_height || s.crop_top ||
+                            s.crop_left;
+    if (size_flags && !c.is_sdxl())
+        throw Error("--original-size, --crop-coords and --target-size are SDXL's size conditioning; this model is " +
+                    (c.family == "sd1" ? std::string("SD 1.x") : std::string("SD 2.x")) + ", which has none");
+    if (c.is_sdxl() && !s.loras.empty())
+        throw Error("LoRA on SDXL models is not supported yet (only SD 1.x and 2.x LoRAs merge); run without --lora "
+                    "and <lora:...> tags");
     for (const auto& lora : s.loras) impl_->lora_file(lora);  // read and matched before any stage loads
 }
 
@@ -469,12 +516,15 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
         const double text_start = seconds_since_process_start(), text_load_before = im.times.text_load;
         // Scale 1 is the cond alone: the negative prompt is not even encoded (diffusers' guidance_scale <= 1).
         const bool guided = s.scale != 1.0;
-        auto [cond, uncond] =
+        auto [cond, uncond, cond_y, uncond_y] =
             im.encode_text(prompts, std::vector<std::string>(guided ? prompts.size() : 0, s.negative_prompt), s);
         if (first_batch)
             im.times.first_text_encode =
                 seconds_since_process_start() - text_start - (im.times.text_load - text_load_before);
-        if (plan.sequential) im.release(im.text_encoder);
+        if (plan.sequential) {
+            im.release(im.text_encoder);
+            im.release(im.text_encoder_2);
+        }
         end_stage(im.peaks.text, im.peaks.text_kept);
 
         // Sampling, with the UNet run in passes of at most plan.unet_rows rows.
@@ -485,12 +535,16 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
         set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
         const double scale = s.scale;
         const at::Tensor context = im.to_device(guided ? at::cat({uncond, cond}) : cond);
+        // SDXL's vector input, in the same row order as the context.
+        const at::Tensor y = cond_y.defined() ? im.to_device(guided ? at::cat({uncond_y, cond_y}) : cond_y) : at::Tensor();
         const int64_t rows_per_pass = plan.unet_rows;
         auto run_unet = [&](const at::Tensor& xs, const at::Tensor& ts) {
             const int64_t rows = xs.size(0);
             auto pass = [&](int64_t i, int64_t e) {
-                return im.to_host(unet.forward({im.to_device(xs.slice(0, i, e)), ts.slice(0, i, e).to(im.device),
-                                                context.slice(0, i, e)}).toTensor());
+                std::vector<c10::IValue> in = {im.to_device(xs.slice(0, i, e)), ts.slice(0, i, e).to(im.device),
+                                               context.slice(0, i, e)};
+                if (y.defined()) in.push_back(y.slice(0, i, e));
+                return im.to_host(unet.forward(in).toTensor());
             };
             if (rows <= rows_per_pass) return pass(0, rows);
             std::vector<at::Tensor> parts;
@@ -510,7 +564,8 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
                 im.maybe_preview(i, total, xi, x0);
                 if (progress) progress(i + 1, total);
             };
-        const SamplerSettings ks{s.sampler, s.schedule, s.steps, parse_parameterization(c.parameterization)};
+        const SamplerSettings ks{s.sampler,      s.schedule,     s.steps, parse_parameterization(c.parameterization),
+                                 c.is_sdxl(),    c.linear_start, c.linear_end};
         if (first_batch) im.times.start_to_first_step = seconds_since_process_start();
         at::Tensor latents = sample(ks, eps, x, c.alphas_cumprod, im.gen, on_step).contiguous();
         // NaN turns into black pixels silently; stop instead, before anything is written.

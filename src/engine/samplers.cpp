@@ -129,11 +129,16 @@ at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac
 // D(x, sigma, step) with c_in = 1 / sqrt(sigma^2 + 1) and the continuous
 // timestep. With step_t (--schedule trailing) it is diffusers' Euler
 // schedulers instead: x / sqrt(sigma^2 + 1) and the step's own timestep.
+// Whose sampler code a k-sampler follows: k-diffusion's (continuous timesteps),
+// diffusers' (--schedule trailing) or sgm's (SDXL).
+enum class Flavour { KDiffusion, Diffusers, Sgm };
+
 struct Denoiser {
     const ModelFn& model;
     Parameterization p;
     at::Tensor log_sigmas;
-    std::vector<int> step_t;  // diffusers: each step's timestep; empty: k-diffusion's sigma_to_t
+    std::vector<int> step_t;  // diffusers, sgm: each step's timestep; empty: k-diffusion's sigma_to_t
+    Flavour flavour = Flavour::KDiffusion;
 
     at::Tensor operator()(const at::Tensor& x, const at::Tensor& sigma, int step) const {
         const int64_t b = x.size(0);
@@ -141,9 +146,12 @@ struct Denoiser {
         auto s4 = s.view({b, 1, 1, 1});
         auto sum = at::pow(s4, 2) + 1.0;  // sigma^2 + sigma_data^2
         at::Tensor out;
-        if (step_t.empty()) {
+        if (flavour == Flavour::KDiffusion) {
             auto c_in = 1.0 / at::pow(sum, 0.5);
             out = model(x * c_in, sigma_to_t(s, log_sigmas));
+        } else if (flavour == Flavour::Sgm) {  // EpsScaling's c_in and the sigma's index in the table
+            auto c_in = 1.0 / at::pow(sum, 0.5);
+            out = model(x * c_in, at::full({b}, static_cast<int64_t>(step_t.at(static_cast<size_t>(step))), at::kLong));
         } else {  // scale_model_input, and the float timestep diffusers passes
             out = model(x / at::pow(sum, 0.5), at::full({b}, static_cast<float>(step_t.at(static_cast<size_t>(step))), at::kFloat));
         }
@@ -159,7 +167,8 @@ at::Tensor to_d(const at::Tensor& x, const at::Tensor& sigma, const at::Tensor& 
 at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, at::Generator& gen, const StepFn& on_step) {
     const int total = static_cast<int>(sigmas.size(0)) - 1;
     for (int i = 0; i < total; ++i) {
-        at::randn(x.sizes(), gen, x.options());  // k-diffusion draws it even with s_churn = 0
+        // k-diffusion draws it even with s_churn = 0; sgm's EulerEDMSampler does not.
+        if (D.flavour != Flavour::Sgm) at::randn(x.sizes(), gen, x.options());
         auto sigma = sigmas[i] * 1.0;  // sigma_hat = sigma * (gamma + 1), gamma = 0
         auto denoised = D(x, sigma, i);
         auto d = to_d(x, sigma, denoised);
@@ -169,11 +178,13 @@ at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, 
     return x;
 }
 
-// k-diffusion's sample_euler_ancestral; with `diffusers` set,
-// EulerAncestralDiscreteScheduler's step, which draws its noise in every step
-// (the last one's multiplied by sigma_up = 0) and does not clamp sigma_up.
+// k-diffusion's sample_euler_ancestral; diffusers' EulerAncestralDiscreteScheduler
+// step draws its noise in every step (the last one's multiplied by sigma_up = 0)
+// and does not clamp sigma_up; sgm's EulerAncestralSampler clamps it and draws
+// in every step, the last one's discarded.
 at::Tensor run_euler_ancestral(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, at::Generator& gen,
-                               const StepFn& on_step, bool diffusers) {
+                               const StepFn& on_step) {
+    const bool diffusers = D.flavour == Flavour::Diffusers, sgm = D.flavour == Flavour::Sgm;
     const int total = static_cast<int>(sigmas.size(0)) - 1;
     for (int i = 0; i < total; ++i) {
         auto from = sigmas[i], to = sigmas[i + 1];
@@ -184,7 +195,12 @@ at::Tensor run_euler_ancestral(const Denoiser& D, at::Tensor x, const at::Tensor
         auto down = at::pow(at::pow(to, 2) - at::pow(up, 2), 0.5);
         auto d = to_d(x, from, denoised);
         x = x + d * (down - from);
-        if (diffusers || to.item<float>() > 0) x = x + at::randn(x.sizes(), gen, x.options()) * 1.0 * up;
+        if (sgm) {
+            auto noise = at::randn(x.sizes(), gen, x.options());
+            if (to.item<float>() > 0) x = x + noise * 1.0 * up;
+        } else if (diffusers || to.item<float>() > 0) {
+            x = x + at::randn(x.sizes(), gen, x.options()) * 1.0 * up;
+        }
         if (on_step) on_step(i, total, x, denoised);
     }
     return x;
@@ -262,13 +278,22 @@ struct KStart {
 };
 
 // With --schedule trailing the start is diffusers' init_noise_sigma, the
-// largest sigma, which for these descending sigmas is sigmas[0] as well.
+// largest sigma, which for these descending sigmas is sigmas[0] as well; sgm
+// starts at sqrt(1 + sigma_0^2) (prepare_sampling_loop).
 KStart k_start(const SamplerRun& r) {
+    const int T = static_cast<int>(r.ac.size());
+    if (r.s.sgm && r.s.schedule == "default") {
+        at::Tensor sigmas = sgm_sigmas(r.s.steps, r.ac, r.s.linear_start, r.s.linear_end);
+        at::Tensor x = r.noise * at::sqrt(1.0 + at::pow(sigmas[0], 2.0));
+        Denoiser d{r.model, r.s.parameterization, {}, sgm_timesteps(r.s.steps, T), Flavour::Sgm};
+        return {sigmas, std::move(d), std::move(x)};
+    }
     at::Tensor sigmas = k_sigmas(r.s.schedule, r.s.steps, r.ac);
     at::Tensor x = r.noise * sigmas[0];
-    std::vector<int> step_t;
-    if (r.s.schedule == "trailing") step_t = trailing_timesteps(r.s.steps, static_cast<int>(r.ac.size()));
-    return {sigmas, Denoiser{r.model, r.s.parameterization, model_sigmas(r.ac).log(), std::move(step_t)}, std::move(x)};
+    if (r.s.schedule == "trailing")
+        return {sigmas, Denoiser{r.model, r.s.parameterization, {}, trailing_timesteps(r.s.steps, T), Flavour::Diffusers},
+                std::move(x)};
+    return {sigmas, Denoiser{r.model, r.s.parameterization, model_sigmas(r.ac).log(), {}, Flavour::KDiffusion}, std::move(x)};
 }
 
 // One function per row of sampling/sampler_list.h.
@@ -288,8 +313,7 @@ at::Tensor sample_euler(const SamplerRun& r) {
 
 at::Tensor sample_euler_a(const SamplerRun& r) {
     KStart k = k_start(r);
-    const bool diffusers = r.s.schedule == "trailing";
-    return run_euler_ancestral(k.denoiser, std::move(k.x), k.sigmas, r.gen, r.on_step, diffusers);
+    return run_euler_ancestral(k.denoiser, std::move(k.x), k.sigmas, r.gen, r.on_step);
 }
 
 at::Tensor sample_dpmpp_2m(const SamplerRun& r) {
@@ -342,6 +366,24 @@ at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<fl
     } else {
         throw Error("unknown schedule '" + schedule + "' (choose default, karras or trailing)");
     }
+    return at::cat({s, at::zeros({1}, at::kFloat)});
+}
+
+at::Tensor sgm_sigmas(int steps, const std::vector<float>& ac32, double linear_start, double linear_end) {
+    const int64_t T = static_cast<int64_t>(ac32.size());
+    at::Tensor ac;
+    if (linear_start > 0) {
+        // make_beta_schedule("linear"): torch.linspace of the square roots in
+        // float64, squared; alphas_cumprod = np.cumprod(1 - betas).
+        auto betas = at::pow(at::linspace(std::sqrt(linear_start), std::sqrt(linear_end), T, at::kDouble), 2);
+        ac = at::cumprod(1.0 - betas, 0);
+    } else {
+        ac = at::tensor(ac32, at::kFloat).to(at::kDouble);
+    }
+    const auto ts = sgm_timesteps(steps, static_cast<int>(T));
+    ac = ac.index_select(0, at::tensor(std::vector<int64_t>(ts.begin(), ts.end()), at::kLong));
+    // (1 - a) / a in float64, made float32, then the square root in float32.
+    auto s = at::pow(((1.0 - ac) / ac).to(at::kFloat), 0.5);
     return at::cat({s, at::zeros({1}, at::kFloat)});
 }
 

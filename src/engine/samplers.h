@@ -36,6 +36,12 @@ struct SamplerSettings {
     std::string schedule = "default";  // the sampler row's schedules (sampling/sampler_list.h)
     int steps = 50;
     Parameterization parameterization = Parameterization::Eps;
+    // SDXL (sgm): with the default schedule the k-samplers run as sgm's do (see sample()).
+    bool sgm = false;
+    // The schedule's betas (model.json linear_start/end), which sgm's
+    // discretization recomputes in float64; 0: not known (the float32
+    // alphas_cumprod are used instead).
+    double linear_start = 0, linear_end = 0;
 };
 
 // Runs the sampler from noise (the unscaled start noise, N(0, 1)). gen is the
@@ -52,6 +58,10 @@ struct SamplerSettings {
 //   lcm: one per step except the last, at the end of the step.
 // --schedule trailing for euler and euler_a is diffusers': x_T = noise * the
 // largest sigma, the UNet gets x / sqrt(sigma^2 + 1) and the float timestep.
+// sgm (SDXL, settings.sgm) with the default schedule: sgm's
+// LegacyDDPMDiscretization (sgm_sigmas), x_T = noise * sqrt(1 + sigma_0^2),
+// the UNet gets x * c_in and the integer timestep; euler draws nothing,
+// euler_a draws in every step (the last one's discarded), dpmpp_2m none.
 // v models: PLMS and the k-samplers convert each guided output to eps
 // (eps = sqrt(a) v + sqrt(1 - a) x, k-diffusion's CompVisVDenoiser for the
 // k-samplers); DDIM follows Stability-AI's ddim.py v branch.
@@ -70,6 +80,10 @@ at::Tensor model_sigmas(const std::vector<float>& alphas_cumprod);
 // sigmas); "karras" = get_sigmas_karras(steps, sigma_min, sigma_max, rho 7);
 // "trailing" = diffusers' sigmas at the trailing timesteps (schedule.h).
 at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<float>& alphas_cumprod);
+// sgm's LegacyDDPMDiscretization: the steps + 1 sigmas, last 0, at
+// sgm_timesteps (schedule.h), from the schedule recomputed in float64
+// (linear_start > 0) or from the float32 alphas_cumprod.
+at::Tensor sgm_sigmas(int steps, const std::vector<float>& alphas_cumprod, double linear_start, double linear_end);
 // LCMScheduler's c_skip and c_out at integer timestep t (0-dim float32).
 std::pair<at::Tensor, at::Tensor> lcm_scalings(int t);
 // The continuous timestep of each sigma (CompVisDenoiser.sigma_to_t, quantize=False).

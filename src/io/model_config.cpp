@@ -98,6 +98,27 @@ void read_default_recipe(const nlohmann::json& j, const std::string& path, Model
     }
 }
 
+// "sdxl": the second text encoder and the UNet's vector input, whose widths
+// must add up (the vector is built from them before the UNet checks it).
+void read_sdxl(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
+    if (!j.contains("sdxl") || !j["sdxl"].is_object())
+        throw Error(path + ": family sdxl needs the \"sdxl\" object (re-export the checkpoint with this build's export_model.py)");
+    const auto& s = j["sdxl"];
+    const std::string at = path + ": sdxl";
+    auto& x = c.sdxl;
+    x.text_encoder_width = checked_int(s, "text_encoder_width", 0, 1, kMaxChannels, at, true);
+    x.text_encoder_2_width = checked_int(s, "text_encoder_2_width", 0, 1, kMaxChannels, at, true);
+    x.text_encoder_2_pad_id = checked_int(s, "text_encoder_2_pad_id", 0, 0, 1 << 24, at, true);
+    x.pooled_dim = checked_int(s, "pooled_dim", 0, 1, kMaxChannels, at, true);
+    x.size_embedding_dim = checked_int(s, "size_embedding_dim", 0, 2, kMaxChannels, at, true);
+    x.adm_in_channels = checked_int(s, "adm_in_channels", 0, 1, kMaxChannels * 8, at, true);
+    if (x.size_embedding_dim % 2 != 0) throw Error(at + ": size_embedding_dim must be even (cosines, then sines)");
+    if (x.text_encoder_width + x.text_encoder_2_width != c.context_dim)
+        throw Error(at + ": text_encoder_width + text_encoder_2_width must equal context_dim " + std::to_string(c.context_dim));
+    if (x.pooled_dim + 6 * x.size_embedding_dim != x.adm_in_channels)
+        throw Error(at + ": adm_in_channels must be pooled_dim + 6 * size_embedding_dim");
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& dir) {
@@ -110,7 +131,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         if (!j.is_object()) throw Error(path + ": not a JSON object");
         if (!j.contains("format") || j["format"] != 1) throw Error(path + ": unsupported model format (expected \"format\": 1)");
         c.family = checked_string(j, "family", c.family, path);
-        check_one_of(c.family, {"sd1", "sd2"}, "model family", path, "; export the checkpoint with this build's export_model.py");
+        check_one_of(c.family, {"sd1", "sd2", "sdxl"}, "model family", path, "; export the checkpoint with this build's export_model.py");
         c.parameterization = checked_string(j, "parameterization", c.parameterization, path);
         check_one_of(c.parameterization, {"eps", "v"}, "parameterization", path);
         c.dtype = checked_string(j, "dtype", c.dtype, path);
@@ -139,7 +160,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                 throw Error(path + ": \"alphas_cumprod\" holds " + v.dump() + "; every entry must be in (0, 1]");
             c.alphas_cumprod.push_back(v.get<float>());
         }
+        c.linear_start = checked_real(j, "linear_start", 0, 0, 1, path);
+        c.linear_end = checked_real(j, "linear_end", 0, 0, 1, path);
         c.source = checked_string(j, "source", "", path);
+        if (c.is_sdxl()) read_sdxl(j, path, c);
         read_default_recipe(j, path, c);
         if (j.contains("architecture")) {
             if (!j["architecture"].is_object()) throw Error(path + ": \"architecture\" must be a JSON object");
@@ -168,6 +192,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         c.vae_decoder_path = file("vae_decoder", "vae_decoder.pt");
         c.vocab_path = file("vocab", "vocab.json");
         c.merges_path = file("merges", "merges.txt");
+        if (c.is_sdxl()) c.text_encoder_2_path = file("text_encoder_2", "text_encoder_2.pt");
     } catch (const nlohmann::json::exception& e) {
         throw Error(path + ": invalid model.json (" + std::string(e.what()) + ")");
     }
@@ -187,8 +212,9 @@ ModelConfig load_model_config(const std::string& dir) {
     std::stringstream ss;
     ss << in.rdbuf();
     const ModelConfig c = parse_model_config(ss.str(), dir);
-    for (const auto& f : {c.text_encoder_path, c.unet_path, c.vae_decoder_path, c.vocab_path, c.merges_path})
-        if (!file_exists(f)) throw Error("model file " + f + " is missing");
+    for (const auto& f : {c.text_encoder_path, c.unet_path, c.vae_decoder_path, c.vocab_path, c.merges_path,
+                          c.text_encoder_2_path})
+        if (!f.empty() && !file_exists(f)) throw Error("model file " + f + " is missing");
     return c;
 }
 

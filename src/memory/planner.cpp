@@ -148,7 +148,8 @@ static void predict_taesd(const MemoryModel& m, double h, double w, MemoryPlan& 
 
 MemoryModel memory_model(const ModelConfig& c) {
     MemoryModel m;
-    m.text_weights = stage_size(c.text_encoder_path);
+    // SDXL's two text encoders load and run in the same stage.
+    m.text_weights = stage_size(c.text_encoder_path) + (c.is_sdxl() ? stage_size(c.text_encoder_2_path) : 0.0);
     m.unet_weights = stage_size(c.unet_path);
     m.vae_weights = stage_size(c.vae_decoder_path);
     m.half_file = c.dtype == "float16";
@@ -188,6 +189,11 @@ MemoryModel memory_model(const ModelConfig& c) {
         m.text_ctx = t.value("ctx", 77);
         m.text_width = t.value("width", 768);
         m.text_heads = t.value("heads", 12);
+        if (a.contains("text_2")) {  // SDXL: the wider of the two encoders sets the activations
+            const auto& t2 = a.at("text_2");
+            m.text_width = std::max(m.text_width, t2.value("width", 0));
+            m.text_heads = std::max(m.text_heads, t2.value("heads", 0));
+        }
     } catch (const nlohmann::json::exception& e) {
         throw Error("model.json: unreadable architecture (" + std::string(e.what()) + ")");
     }

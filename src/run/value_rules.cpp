@@ -64,4 +64,20 @@ void check_clip_skip(const std::string& what, int64_t clip_skip, int text_layers
                     std::to_string(text_layers) + "; the largest clip skip is " + std::to_string(text_layers + 1) + ")");
 }
 
+WholePair parse_whole_pair(const std::string& what, const std::string& text, char separator, int64_t lo) {
+    const std::string form = separator == 'x' ? "WIDTHxHEIGHT, e.g. 1024x1024" : "TOP,LEFT, e.g. 0,0";
+    const size_t at = text.find(separator);
+    auto whole = [&](const std::string& part) -> int {
+        if (part.empty() || part.size() > 6 || part.find_first_not_of("0123456789") != std::string::npos)
+            throw Error(what + " takes two whole numbers, " + form + ", got \"" + text + "\"");
+        const int64_t v = std::stoll(part);
+        if (v < lo || v > kSideRange.hi)
+            throw Error(what + " values must be from " + std::to_string(lo) + " to " + std::to_string(kSideRange.hi) +
+                        ", got \"" + text + "\"");
+        return static_cast<int>(v);
+    };
+    if (at == std::string::npos) whole("");
+    return {whole(text.substr(0, at)), whole(text.substr(at + 1))};
+}
+
 }  // namespace sd

@@ -50,6 +50,17 @@ std::vector<int> compvis_timesteps(int steps, int num_train_timesteps, const std
     return ts;
 }
 
+std::vector<int> sgm_timesteps(int steps, int num_train_timesteps) {
+    if (steps < 1 || steps > num_train_timesteps)
+        throw Error("steps must be from 1 to " + std::to_string(num_train_timesteps) + ", got " + std::to_string(steps));
+    // numpy's linspace without the endpoint: start + i * ((stop - start) / num) in
+    // double, then astype(int), which truncates.
+    const double start = num_train_timesteps - 1, step = (0.0 - start) / steps;
+    std::vector<int> ts;
+    for (int i = 0; i < steps; ++i) ts.push_back(static_cast<int>(static_cast<double>(i) * step + start));
+    return ts;
+}
+
 std::vector<int> trailing_timesteps(int steps, int num_train_timesteps) {
     const int T = num_train_timesteps;
     if (steps < 1 || steps > T)

@@ -30,6 +30,11 @@ std::vector<int> trailing_timesteps(int steps, int num_train_timesteps);
 // Throws sd::Error unless 1 <= steps <= 50 (diffusers refuses more) and T >= 50.
 std::vector<int> lcm_timesteps(int steps, int num_train_timesteps);
 
+// sgm's LegacyDDPMDiscretization timesteps (SDXL), descending:
+// numpy's linspace(T - 1, 0, steps, endpoint=False) truncated to integers,
+// e.g. 10 -> 999, 899, ..., 99. Requires 1 <= steps <= T.
+std::vector<int> sgm_timesteps(int steps, int num_train_timesteps);
+
 // Steps a sampler really runs with a schedule (sd/samplers.h's sampler_step_count
 // for the default one). Throws sd::Error when the count cannot run.
 int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, int num_train_timesteps);

@@ -499,10 +499,10 @@ TEST(Trust, NanWeightsStopTheRunWithoutAnImage) {
 TEST(Trust, UnknownModelFamilyIsRefused) {
     auto m = model_copy();
     auto info = read_model_json(m);
-    info["family"] = "sdxl";
+    info["family"] = "sd3";
     sdtest::write_text(m + "/model.json", info.dump());
     const std::string out = sdtest::temp_dir();
-    expect_no_image(run(base_args(m, out)), out, "unknown model family \"sdxl\"");
+    expect_no_image(run(base_args(m, out)), out, "unknown model family \"sd3\"");
 }
 
 // The whole unsigned 64-bit range: recorded as given, and the recorded seed remakes the same bytes.
@@ -642,4 +642,13 @@ TEST(Quickstart, OnlyTheImagePathGoesToStdout) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, "outputs/quickstart/00000.png\n");
     EXPECT_NE(r.err.find("Built target"), std::string::npos) << r.err;
+}
+
+// SDXL's size conditioning (issue 20) on a model without it: one line, before anything runs.
+TEST(SdxlCliErrors, SizeConditioningOnAnSd1ModelIsOneLine) {
+    auto r = sdtest::run({sdtest::cli(), "--model", good_model(), "--prompt", "a", "--outdir",
+                          sdtest::temp_dir(), "--original-size", "64x64"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("SDXL"), std::string::npos) << r.err;
 }

@@ -89,3 +89,27 @@ TEST(ModelConfig, FileNamesStayInsideTheFolder) {
     j["files"] = {{"unet", "my unet.pt"}};
     EXPECT_EQ(sd::parse_model_config(j.dump(), "m").unet_path, "m/my unet.pt");
 }
+
+// SDXL's "sdxl" object: read, and its widths checked against each other.
+TEST(ModelConfig, SdxlFieldsAreReadAndChecked) {
+    auto j = minimal();
+    j["family"] = "sdxl";
+    j["context_dim"] = 80;
+    EXPECT_NE(error_of(j.dump()).find("needs the \"sdxl\" object"), std::string::npos) << error_of(j.dump());
+    j["sdxl"] = {{"text_encoder_width", 32}, {"text_encoder_2_width", 48}, {"text_encoder_2_pad_id", 0},
+                 {"pooled_dim", 48},         {"size_embedding_dim", 256},  {"adm_in_channels", 1584}};
+    const auto c = sd::parse_model_config(j.dump(), "m");
+    EXPECT_TRUE(c.is_sdxl());
+    EXPECT_EQ(c.sdxl.adm_in_channels, 1584);
+    EXPECT_EQ(c.text_encoder_2_path, "m/text_encoder_2.pt");
+    auto bad = j;
+    bad["sdxl"]["adm_in_channels"] = 2816;
+    EXPECT_NE(error_of(bad.dump()).find("adm_in_channels must be pooled_dim + 6 * size_embedding_dim"), std::string::npos);
+    bad = j;
+    bad["sdxl"]["text_encoder_2_width"] = 1280;
+    EXPECT_NE(error_of(bad.dump()).find("must equal context_dim"), std::string::npos);
+    bad = j;
+    bad["sdxl"].erase("pooled_dim");
+    EXPECT_NE(error_of(bad.dump()).find("\"pooled_dim\" is missing"), std::string::npos) << error_of(bad.dump());
+    EXPECT_TRUE(sd::parse_model_config(minimal().dump(), "m").text_encoder_2_path.empty());
+}

@@ -115,3 +115,19 @@ TEST(SamplerList, LcmTimestepsComeFromTheOriginGrid) {
     EXPECT_THROW(sd::check_sampler_settings("lcm", "karras"), sd::Error);
     EXPECT_EQ(sd::sampler_info("lcm").a1111_name, "LCM");
 }
+
+// sgm's LegacyDDPMDiscretization timesteps (SDXL; tests/fixtures/sdxl-tiny/README.md).
+TEST(SamplerSteps, SgmTimesteps) {
+    EXPECT_EQ(sd::sgm_timesteps(10, 1000), (std::vector<int>{999, 899, 799, 699, 599, 499, 399, 299, 199, 99}));
+    EXPECT_EQ(sd::sgm_timesteps(1, 1000), (std::vector<int>{999}));
+    const auto ts12 = sd::sgm_timesteps(12, 1000);
+    EXPECT_EQ(std::vector<int>(ts12.begin(), ts12.begin() + 3), (std::vector<int>{999, 915, 832}));
+    EXPECT_EQ(ts12.back(), 83);
+    const auto all = sd::sgm_timesteps(1000, 1000);
+    EXPECT_EQ(all.front(), 999);
+    EXPECT_EQ(all.back(), 0);
+    EXPECT_THROW(sd::sgm_timesteps(0, 1000), sd::Error);
+    EXPECT_THROW(sd::sgm_timesteps(1001, 1000), sd::Error);
+    // Not diffusers' "trailing" (12 steps: 999, 916, ...).
+    EXPECT_NE(sd::sgm_timesteps(12, 1000), sd::trailing_timesteps(12, 1000));
+}

@@ -36,3 +36,23 @@ TEST(ValueRules, WholeNumbersAndThreads) {
     EXPECT_THROW(sd::check_threads(sd::max_threads() + 1), sd::Error);
     EXPECT_THROW(sd::check_threads(-1), sd::Error);
 }
+
+// SDXL's --original-size / --target-size (WxH) and --crop-coords (TOP,LEFT).
+TEST(ValueRules, WholePairs) {
+    auto size = sd::parse_whole_pair("--original-size", "1024x768", 'x', 1);
+    EXPECT_EQ(size.first, 1024);
+    EXPECT_EQ(size.second, 768);
+    auto crop = sd::parse_whole_pair("--crop-coords", "0,12", ',', 0);
+    EXPECT_EQ(crop.first, 0);
+    EXPECT_EQ(crop.second, 12);
+    for (const char* bad : {"0x0", "0x64", "64", "x64", "64x", "64x64x64", "-1x64", "a x b", "64 x 64", "", "9999999x1"})
+        EXPECT_THROW(sd::parse_whole_pair("--original-size", bad, 'x', 1), sd::Error) << bad;
+    for (const char* bad : {"1", "1,2,3", "a,b", ",", "-1,0", "1.5,2"})
+        EXPECT_THROW(sd::parse_whole_pair("--crop-coords", bad, ',', 0), sd::Error) << bad;
+    try {
+        sd::parse_whole_pair("--crop-coords", "1", ',', 0);
+        FAIL();
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--crop-coords takes two whole numbers, TOP,LEFT"), std::string::npos) << e.what();
+    }
+}
