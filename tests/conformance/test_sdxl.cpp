@@ -116,6 +116,38 @@ TEST(SdxlConditioning, CrossattnAndVectorOfEveryCase) {
     }
 }
 
+// Long prompts and A1111 weighting across both encoders: a prompt past 75
+// tokens gets a second window in both halves of the context; a weight changes
+// both encoders' parts but not the pooled vector (the first window's output).
+TEST(SdxlConditioning, LongAndWeightedPromptsUseBothEncoders) {
+    c10::InferenceMode guard;
+    auto te1 = sd::load_stage(model() + "/text_encoder.pt");
+    auto te2 = sd::load_stage(model() + "/text_encoder_2.pt");
+    const auto cfg = sd::load_model_config(model());
+    auto tok = sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path);
+    const auto enc = stage_encoders(te1, te2);
+    const int64_t w1 = cfg.sdxl.text_encoder_width;
+    auto run = [&](const std::string& prompt, const std::string& negative) {
+        return sd::encode_sdxl_conditioning(enc, enc, tok, cfg, {prompt}, {negative}, {}, {64, 64, 0, 0, 64, 64});
+    };
+    std::string long_prompt;
+    for (int i = 0; i < 90; ++i) long_prompt += "red ";
+    auto lng = run(long_prompt, "");
+    EXPECT_EQ(lng.cond.size(1), 154);
+    EXPECT_EQ(lng.uncond.size(1), 154) << "the zeroed negative is as long as the prompt";
+    EXPECT_EQ(lng.cond.size(2), cfg.context_dim);
+    auto plain = run("a photograph of an astronaut riding a horse", "");
+    auto weighted = run("a photograph of an (astronaut:1.3) riding a horse", "");
+    EXPECT_GT(max_abs(weighted.cond.slice(2, 0, w1) - plain.cond.slice(2, 0, w1)), 1e-3);
+    EXPECT_GT(max_abs(weighted.cond.slice(2, w1) - plain.cond.slice(2, w1)), 1e-3);
+    EXPECT_TRUE(at::equal(weighted.cond_y, plain.cond_y));
+    // A negative prompt that is not empty is encoded, with its own pooled vector.
+    auto neg = run("a photograph of an astronaut riding a horse", "blurry");
+    EXPECT_GT(max_abs(neg.uncond), 0.1);
+    EXPECT_GT(max_abs(neg.uncond_y.slice(1, 0, cfg.sdxl.pooled_dim)), 1e-3);
+    EXPECT_TRUE(at::equal(neg.uncond_y.slice(1, cfg.sdxl.pooled_dim), plain.uncond_y.slice(1, cfg.sdxl.pooled_dim)));
+}
+
 TEST(SdxlStages, OneUnetCallEveryAttentionMode) {
     c10::InferenceMode guard;
     auto unet = sd::load_stage(model() + "/unet.pt");
