@@ -9,7 +9,8 @@ It exports, with random weights, every kind of module scripts/export_model.py wr
 SD 1.x (CLIP text encoder, convolution projections), SD 2.x (OpenCLIP text tower, linear
 projections, head size), the demo model, the full-size SD 1.x and 2.x layouts at small
 widths, the other projection type of each family, transformer depth 2, a VAE decoder with
-attention levels and fp16 weights; then reads the code/ records of the written .pt files.
+attention levels and fp16 weights, and SDXL (two text encoders, the UNet's vector input);
+then reads the code/ records of the written .pt files.
 --check compares with the file instead of writing it (exit 1 when they differ). Run with
 /usr/bin/python3 (Debian's python3-torch).
 
@@ -156,6 +157,10 @@ def variants():
     p["unet_config"]["params"].update(full, num_head_channels=16, use_linear_in_transformer=False)
     p["first_stage_config"]["params"]["ddconfig"].update(vae)
     out.append(("sd2-full-layout", sd2, os.path.join(tiny2, "text_encoder.json"), []))
+    # SDXL: two text encoders (the second with its pooled output), the UNet's vector input.
+    xl = os.path.join(REPO, "tests", "fixtures", "sdxl-tiny")
+    out.append(("sdxl-tiny", os.path.join(xl, "sd_xl_base_tiny.yaml"), os.path.join(xl, "clip_l_tiny.json"),
+                ["--text-config-2", os.path.join(xl, "openclip-bigG-tiny.json")]))
     return out
 
 
@@ -175,7 +180,9 @@ def collect(log=None):
             out = os.path.join(tmp, name)
             if export_main(["--random-init", "--out", out, "--config", config, "--text-config", text, *extra]):
                 raise SystemExit(f"gen_op_allowlist.py: error: exporting {name} failed")
-            for stage in ("text_encoder", "unet", "vae_decoder"):
+            for stage in ("text_encoder", "text_encoder_2", "unet", "vae_decoder"):
+                if not os.path.exists(os.path.join(out, stage + ".pt")):
+                    continue
                 names, bad = names_in_archive(os.path.join(out, stage + ".pt"))
                 refused |= {f"{name}/{stage}: {b}" for b in bad}
                 for n in names:

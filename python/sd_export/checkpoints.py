@@ -10,7 +10,8 @@ from .report import ExportError, one_line
 from .safetensors_io import SafetensorsFile
 
 # Key prefixes of a diffusers folder's three weight files, once read as one checkpoint.
-DIFFUSERS_PARTS = {"unet": "unet/", "vae": "vae/", "text_encoder": "text_encoder/"}
+DIFFUSERS_PARTS = {"unet": "unet/", "vae": "vae/", "text_encoder": "text_encoder/",
+                   "text_encoder_2": "text_encoder_2/"}
 
 
 # The records torch.save writes into a zip checkpoint of plain tensors (names inside the

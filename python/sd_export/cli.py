@@ -37,14 +37,16 @@ def check_default_recipe(p, args):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog=PROG, description="Export a Stable Diffusion 1.x or 2.x checkpoint "
+    p = argparse.ArgumentParser(prog=PROG, description="Export a Stable Diffusion 1.x, 2.x or SDXL base checkpoint "
                                 "(.safetensors, .ckpt or a diffusers folder) to TorchScript files for the C++ program.")
     p.add_argument("checkpoint", nargs="?", help="single-file .safetensors / .ckpt, or a diffusers folder")
     p.add_argument("--out", required=True, help="output model directory")
-    p.add_argument("--config", help="LDM config yaml (v1-inference.yaml / v2-inference-v.yaml schema); "
-                   "default: SD 1.x or 2.x sizes, detected from the checkpoint")
-    p.add_argument("--text-config", help="text encoder sizes json; default: CLIP ViT-L/14 text (SD 1.x), "
-                   "OpenCLIP ViT-H/14 text (SD 2.x)")
+    p.add_argument("--config", help="LDM config yaml (v1-inference.yaml / v2-inference-v.yaml / sgm's "
+                   "sd_xl_base.yaml schema); default: SD 1.x, 2.x or SDXL base sizes, detected from the checkpoint")
+    p.add_argument("--text-config", help="text encoder sizes json; default: CLIP ViT-L/14 text (SD 1.x, SDXL's "
+                   "first), OpenCLIP ViT-H/14 text (SD 2.x)")
+    p.add_argument("--text-config-2", help="SDXL's second text encoder sizes (open_clip model config or HF "
+                   "CLIPTextConfig json); default: from the checkpoint's OpenCLIP ViT-bigG/14 weights")
     p.add_argument("--tokenizer", help="directory with vocab.json and merges.txt; default: models/clip/ "
                    "(a diffusers folder's tokenizer/)")
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
@@ -63,6 +65,9 @@ def parse_args(argv):
                    help="its step count when --steps is not given (needs --default-sampler)")
     p.add_argument("--default-schedule", choices=SCHEDULES,
                    help="its --schedule when not given (needs --default-sampler; e.g. trailing with euler_a)")
+    p.add_argument("--image-size", type=int,
+                   help="the picture size the model is meant for: the CLI's --H/--W default for it (default: from "
+                   "the config; SDXL 1024; e.g. 512 for SDXL Turbo)")
     p.add_argument("--random-init", action="store_true",
                    help="random weights instead of a checkpoint (for tests and performance work)")
     p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
@@ -71,6 +76,8 @@ def parse_args(argv):
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="bake a LoRA .safetensors into the weights (repeatable, merged in order; weight 1 by default)")
     args = p.parse_args(argv)
+    if args.image_size is not None and not (8 <= args.image_size <= 16384):
+        p.error("--image-size must be from 8 to 16384")
     if args.random_init and args.checkpoint:
         p.error("give either CHECKPOINT or --random-init, not both")
     if args.guidance_scale is not None and not (0 < args.guidance_scale <= 100):

@@ -1,12 +1,12 @@
-"""Which model to build: the sizes, schedule and family of a Stable Diffusion 1.x / 2.x
-model, from an LDM config (v1-inference.yaml, v2-inference(-v).yaml), a text encoder config,
-or a checkpoint's own keys and shapes when no config is given."""
+"""Which model to build: the sizes, schedule and family of a Stable Diffusion 1.x / 2.x / XL
+model, from an LDM config (v1-inference.yaml, v2-inference(-v).yaml; sgm's sd_xl_base.yaml),
+text encoder configs, or a checkpoint's own keys and shapes when no config is given."""
 
 import json
 import os
 import re
 
-from .keymaps import SD2_TEXT_PREFIX, TEXT_PREFIX, UNET_PREFIX
+from .keymaps import SD2_TEXT_PREFIX, SDXL_TEXT_2_PREFIX, SDXL_TEXT_PREFIX, TEXT_PREFIX, UNET_PREFIX
 from .report import ExportError, one_line
 
 # configs/stable-diffusion/v1-inference.yaml
@@ -28,7 +28,20 @@ SD2_TEXT = dict(vocab=49408, ctx=77, width=1024, layers=23, heads=16, hidden=409
 # Heads of the OpenCLIP text towers by width (head size 64), for checkpoints without a text config.
 OPEN_CLIP_HEADS = {512: 8, 768: 12, 1024: 16, 1280: 20}
 
-FAMILY_DEFAULTS = {"sd1": (SD1_UNET, SD1_TEXT), "sd2": (SD2_UNET, SD2_TEXT)}
+# Stability-AI generative-models configs/inference/sd_xl_base.yaml: no attention at the
+# first level, per-level transformer depths, the vector input (pooled bigG + 6 x 256).
+SDXL_UNET = dict(SD1_UNET, attention_resolutions=[4, 2], channel_mult=[1, 2, 4], num_heads=-1,
+                 num_head_channels=64, transformer_depth=[1, 2, 10], context_dim=2048,
+                 use_linear_in_transformer=True, adm_in_channels=2816)
+SDXL_SCHEDULE = dict(SD1_SCHEDULE, scale_factor=0.13025)
+# CLIP ViT-L/14 text, hidden_states[11] (11 of 12 layers, no final LayerNorm), and
+# OpenCLIP ViT-bigG/14 text: all 32 layers (the pooled vector), penultimate state.
+SDXL_TEXT = dict(SD1_TEXT, layers=11, final_norm=False)
+SDXL_TEXT_2 = dict(vocab=49408, ctx=77, width=1280, layers=32, heads=20, hidden=5120, quick_gelu=False, eps=1e-5,
+                   bos_id=49406, eos_id=49407, pad_id=0, layers_total=32, projection=1280)
+SIZE_EMBEDDING_DIM = 256  # ConcatTimestepEmbedderND outdim of each of the six sizes
+
+FAMILY_DEFAULTS = {"sd1": (SD1_UNET, SD1_TEXT), "sd2": (SD2_UNET, SD2_TEXT), "sdxl": (SDXL_UNET, SDXL_TEXT)}
 
 
 def load_ldm_config(path):
@@ -42,6 +55,11 @@ def load_ldm_config(path):
         raise ExportError(f"cannot read config {path}: {e.strerror or e}")
     except yaml.YAMLError as e:
         raise ExportError(f"config {path} is not valid YAML: {one_line(e)}")
+    try:
+        if "network_config" in cfg["model"]["params"]:
+            return load_sgm_config(path, cfg["model"]["params"])
+    except (KeyError, TypeError):
+        pass
     try:
         params = cfg["model"]["params"]
         unet_params = params["unet_config"]["params"]
@@ -120,6 +138,92 @@ def load_ldm_config(path):
             "latent_size": latent_size}
 
 
+def _target(cfg):
+    return str((cfg or {}).get("target", "")) if isinstance(cfg, dict) else ""
+
+
+def load_sgm_config(path, params):
+    """Settings from an sgm DiffusionEngine config (sd_xl_base.yaml): the UNet is
+    network_config, the text encoders and size embedders the conditioner's emb_models."""
+    try:
+        unet_params = params["network_config"]["params"]
+        first_stage = params["first_stage_config"]["params"]
+        dd = first_stage["ddconfig"]
+        embedders = params["conditioner_config"]["params"]["emb_models"]
+        targets = [_target(e) for e in embedders]
+    except (KeyError, TypeError):
+        raise ExportError(f"config {path} is not an sgm SDXL config (expected model.params.network_config, "
+                          f"first_stage_config and conditioner_config.params.emb_models)")
+    texts = [t.rsplit(".", 1)[-1] for t in targets if "CLIP" in t]
+    if texts == ["FrozenOpenCLIPEmbedder2"]:
+        raise ExportError(f"config {path} describes the SDXL refiner (one text encoder, OpenCLIP bigG): it refines "
+                          f"the base model's latents and cannot make images from text; export the SDXL base")
+    if texts != ["FrozenCLIPEmbedder", "FrozenOpenCLIPEmbedder2"]:
+        raise ExportError(f"config {path}: text encoders {texts} are not SDXL base's "
+                          f"(FrozenCLIPEmbedder, then FrozenOpenCLIPEmbedder2)")
+    sizes = [e for e, t in zip(embedders, targets) if t.endswith("ConcatTimestepEmbedderND")]
+    keys = [e.get("input_key") for e in sizes]
+    if keys != ["original_size_as_tuple", "crop_coords_top_left", "target_size_as_tuple"]:
+        raise ExportError(f"config {path}: size embedders {keys} are not SDXL base's "
+                          f"(original_size_as_tuple, crop_coords_top_left, target_size_as_tuple)")
+    clip_l = (embedders[targets.index(next(t for t in targets if t.endswith("FrozenCLIPEmbedder")))]
+              .get("params") or {})
+    bigg = (embedders[targets.index(next(t for t in targets if t.endswith("FrozenOpenCLIPEmbedder2")))]
+            .get("params") or {})
+    if clip_l.get("layer", "last") != "hidden" or bigg.get("layer", "last") != "penultimate" or bigg.get("legacy", True):
+        raise ExportError(f"config {path}: text encoder layers are not SDXL base's (CLIP-L layer: hidden, "
+                          f"bigG layer: penultimate, legacy: False)")
+    unsupported = [k for k in ("use_scale_shift_norm", "resblock_updown", "disable_self_attentions",
+                               "num_attention_blocks") if unet_params.get(k)]
+    if unet_params.get("num_classes") not in (None, "sequential"):
+        unsupported.append(f"num_classes {unet_params.get('num_classes')}")
+    if unsupported:
+        raise ExportError(f"config {path}: unsupported UNet options: {', '.join(unsupported)}")
+    scaling = _target(params.get("denoiser_config", {}).get("params", {}).get("scaling_config"))
+    if scaling and not scaling.endswith(("EpsScaling", "VScaling")):
+        raise ExportError(f"config {path}: unsupported denoiser scaling {scaling} (EpsScaling or VScaling)")
+    disc = params.get("denoiser_config", {}).get("params", {}).get("discretization_config") or {}
+    if _target(disc) and not _target(disc).endswith("LegacyDDPMDiscretization"):
+        raise ExportError(f"config {path}: unsupported discretization {_target(disc)} (LegacyDDPMDiscretization)")
+    disc_params = disc.get("params") or {}
+    try:
+        depth = unet_params.get("transformer_depth", 1)
+        depth = [int(d) for d in depth] if isinstance(depth, list) else int(depth)
+        unet = dict(
+            in_channels=int(unet_params["in_channels"]), out_channels=int(unet_params["out_channels"]),
+            model_channels=int(unet_params["model_channels"]),
+            attention_resolutions=[int(r) for r in unet_params["attention_resolutions"]],
+            num_res_blocks=int(unet_params["num_res_blocks"]),
+            channel_mult=[int(m) for m in unet_params["channel_mult"]],
+            num_heads=int(unet_params.get("num_heads", -1)),
+            num_head_channels=int(unet_params.get("num_head_channels", -1)),
+            transformer_depth=depth, context_dim=int(unet_params["context_dim"]),
+            use_linear_in_transformer=bool(unet_params.get("use_linear_in_transformer", False)),
+            adm_in_channels=int(unet_params["adm_in_channels"]))
+        vae = dict(embed_dim=int(first_stage["embed_dim"]), ch=int(dd["ch"]), out_ch=int(dd["out_ch"]),
+                   ch_mult=[int(m) for m in dd["ch_mult"]], num_res_blocks=int(dd["num_res_blocks"]),
+                   attn_resolutions=[int(r) for r in dd.get("attn_resolutions", [])],
+                   resolution=int(dd["resolution"]), z_channels=int(dd["z_channels"]))
+        schedule = dict(linear_start=float(disc_params.get("linear_start", 0.00085)),
+                        linear_end=float(disc_params.get("linear_end", 0.012)),
+                        timesteps=int(params["denoiser_config"]["params"].get("num_idx", 1000)),
+                        scale_factor=float(params.get("scale_factor", 1.0)),
+                        parameterization="v" if scaling.endswith("VScaling") else "eps")
+        size_dims = {int((e.get("params") or {})["outdim"]) for e in sizes}
+        text_layer = int(clip_l.get("layer_idx", 11))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ExportError(f"config {path}: missing or invalid UNet/VAE/conditioner setting ({one_line(e)})")
+    if isinstance(depth, list) and len(depth) != len(unet["channel_mult"]):
+        raise ExportError(f"config {path}: transformer_depth has {len(depth)} entries for "
+                          f"{len(unet['channel_mult'])} levels")
+    if len(size_dims) != 1:
+        raise ExportError(f"config {path}: the size embedders differ in outdim ({sorted(size_dims)})")
+    if unet["num_heads"] == -1 and unet["num_head_channels"] == -1:
+        raise ExportError(f"config {path}: UNet needs num_heads or num_head_channels")
+    return {"family": "sdxl", "unet": unet, "vae": vae, "schedule": schedule, "text_layer": "hidden",
+            "text_layer_idx": text_layer, "size_embedding_dim": size_dims.pop(), "latent_size": None}
+
+
 def load_text_config(path):
     """Text transformer sizes: our text_encoder.json (vocab/ctx/width/layers/heads[, layers_used,
     hf_config]) or a plain HF CLIPTextConfig json.  "layers" counts the layers in the
@@ -133,6 +237,8 @@ def load_text_config(path):
         raise ExportError(f"text config {path} is not valid JSON: {one_line(e)}")
     if not isinstance(cfg, dict):
         raise ExportError(f"text config {path} is not a JSON object")
+    if isinstance(cfg.get("text_cfg"), dict):  # an open_clip model config (model_configs/*.json)
+        return _open_clip_text_config(path, cfg)
     hf = None
     for key in ("hf_config", "hf_config_equivalent"):
         if isinstance(cfg.get(key), dict):
@@ -158,6 +264,8 @@ def load_text_config(path):
         text["eos_id"] = int(cfg.get("eos_token_id", hf.get("eos_token_id", 49407)))
         text["pad_id"] = int(cfg.get("pad_token_id", hf.get("pad_token_id", text["eos_id"])))
         text["layers_total"] = text["layers"]
+        if "projection_dim" in hf or "projection_dim" in cfg:  # CLIPTextModelWithProjection (SDXL's second)
+            text["projection"] = int(cfg.get("projection_dim") or hf["projection_dim"])
         if "layers_used" in cfg:
             text["layers"] = int(cfg["layers_used"])
         elif cfg.get("layer") == "penultimate":
@@ -171,6 +279,23 @@ def load_text_config(path):
     return text
 
 
+def _open_clip_text_config(path, cfg):
+    """The text tower of an open_clip model config: GELU, pad id 0, head size from "heads"."""
+    t = cfg["text_cfg"]
+    try:
+        text = dict(vocab=int(t.get("vocab_size", 49408)), ctx=int(t.get("context_length", 77)),
+                    width=int(t["width"]), layers=int(t["layers"]), heads=int(t.get("heads", int(t["width"]) // 64)),
+                    quick_gelu=bool(cfg.get("quick_gelu", False)), eps=1e-5,
+                    bos_id=49406, eos_id=49407, pad_id=0, projection=int(cfg["embed_dim"]))
+        text["hidden"] = int(text["width"] * float(t.get("mlp_ratio", 4.0)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ExportError(f"text config {path}: missing or invalid open_clip text_cfg field ({one_line(e)})")
+    text["layers_total"] = text["layers"]
+    if text["heads"] < 1 or text["width"] % text["heads"]:
+        raise ExportError(f"text config {path}: width {text['width']} is not a multiple of heads {text['heads']}")
+    return text
+
+
 def alphas_cumprod(schedule):
     """ldm register_schedule ('linear'): float64 math, then the float32 buffer values."""
     import numpy as np
@@ -179,8 +304,17 @@ def alphas_cumprod(schedule):
     return np.cumprod(1.0 - betas, axis=0).astype(np.float32)
 
 
-def check_consistency(unet_cfg, vae_cfg, text_cfg):
-    if unet_cfg["context_dim"] != text_cfg["width"]:
+def check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2=None, size_embedding_dim=SIZE_EMBEDDING_DIM):
+    if text_cfg_2 is not None:  # SDXL: the UNet reads both encoders' states and the vector
+        if unet_cfg["context_dim"] != text_cfg["width"] + text_cfg_2["width"]:
+            raise ExportError(f"UNet context_dim {unet_cfg['context_dim']} differs from the two text encoders' "
+                              f"widths {text_cfg['width']} + {text_cfg_2['width']} (give matching --config, "
+                              f"--text-config and --text-config-2)")
+        want = text_cfg_2.get("projection", text_cfg_2["width"]) + 6 * size_embedding_dim
+        if unet_cfg.get("adm_in_channels") != want:
+            raise ExportError(f"UNet adm_in_channels {unet_cfg.get('adm_in_channels')} differs from the pooled "
+                              f"text vector plus six size embeddings ({want})")
+    elif unet_cfg["context_dim"] != text_cfg["width"]:
         raise ExportError(f"UNet context_dim {unet_cfg['context_dim']} differs from the text encoder width "
                           f"{text_cfg['width']} (give matching --config and --text-config)")
     if unet_cfg["in_channels"] != vae_cfg["embed_dim"]:
@@ -191,18 +325,39 @@ def check_consistency(unet_cfg, vae_cfg, text_cfg):
 # --------------------------------------------------------------------------- from a checkpoint's keys
 
 def detect_family(ckpt):
-    """"sd1" or "sd2" from a single-file checkpoint's keys, or a one-line error."""
+    """"sd1", "sd2" or "sdxl" from a single-file checkpoint's keys, or a one-line error."""
     keys = ckpt.keys()
     path = ckpt.path
     if not any(k.startswith(UNET_PREFIX) for k in keys):
-        if any(k.startswith("conditioner.embedders.") for k in keys):
-            raise ExportError(f"{path} looks like an SDXL checkpoint; only SD 1.x and 2.x are supported")
-        raise ExportError(f"{path} is not a Stable Diffusion 1.x/2.x checkpoint (no {UNET_PREFIX}* keys)")
+        raise ExportError(f"{path} is not a Stable Diffusion checkpoint (no {UNET_PREFIX}* keys)")
+    if any(k.startswith("conditioner.embedders.") for k in keys):
+        return detect_sdxl(ckpt)
     if any(k.startswith(SD2_TEXT_PREFIX + "transformer.resblocks.") for k in keys):
         return "sd2"
     if any(k.startswith(TEXT_PREFIX) for k in keys):
         return "sd1"
     raise ExportError(f"{path} has no text encoder weights ({TEXT_PREFIX}* or {SD2_TEXT_PREFIX}*)")
+
+
+def detect_sdxl(ckpt):
+    """An sgm checkpoint: SDXL base has CLIP-L at embedders.0 and OpenCLIP bigG at
+    embedders.1; the refiner has bigG alone at embedders.0 (and a 2560-wide vector input)."""
+    keys = ckpt.keys()
+    has_l = any(k.startswith(SDXL_TEXT_PREFIX) for k in keys)
+    has_g = any(k.startswith(SDXL_TEXT_2_PREFIX) for k in keys)
+    if not has_l and any(k.startswith("conditioner.embedders.0.model.") for k in keys):
+        adm = ckpt.shape(UNET_PREFIX + "label_emb.0.0.weight")[1] if UNET_PREFIX + "label_emb.0.0.weight" in keys \
+            else "unknown"
+        raise ExportError(f"{ckpt.path} is an SDXL refiner checkpoint (one text encoder, OpenCLIP bigG, and a "
+                          f"{adm}-wide vector input): it refines the base model's latents and cannot make images "
+                          f"from text alone; export the SDXL base checkpoint")
+    if not has_l:
+        raise ExportError(f"{ckpt.path} is an SDXL checkpoint without its first text encoder "
+                          f"({SDXL_TEXT_PREFIX}*, CLIP ViT-L)")
+    if not has_g:
+        raise ExportError(f"{ckpt.path} is an SDXL checkpoint without its second text encoder "
+                          f"({SDXL_TEXT_2_PREFIX}*, OpenCLIP ViT-bigG): the file is incomplete")
+    return "sdxl"
 
 
 def detect_unet_shapes(ckpt):
@@ -214,22 +369,31 @@ def detect_unet_shapes(ckpt):
     return {}
 
 
-def open_clip_text_layers(ckpt):
+def open_clip_text_layers(ckpt, prefix=SD2_TEXT_PREFIX):
     layers = {int(m.group(1)) for k in ckpt.keys()
-              for m in [re.match(re.escape(SD2_TEXT_PREFIX) + r"transformer\.resblocks\.(\d+)\.", k)] if m}
+              for m in [re.match(re.escape(prefix) + r"transformer\.resblocks\.(\d+)\.", k)] if m}
     return max(layers) + 1 if layers else 0
 
 
-def text_cfg_from_open_clip(ckpt):
-    """SD 2.x text sizes from the OpenCLIP weights; heads from the width (head size 64)."""
-    p = SD2_TEXT_PREFIX
+def text_cfg_from_open_clip(ckpt, prefix=SD2_TEXT_PREFIX):
+    """OpenCLIP text sizes from its weights; heads from the width (head size 64).
+    SD 2.x: the penultimate layer is the last one built; SDXL's bigG: all are (the
+    pooled vector), with its text_projection."""
+    p = prefix
     try:
         vocab, width = ckpt.shape(p + "token_embedding.weight")
         ctx = ckpt.shape(p + "positional_embedding")[0]
         hidden = ckpt.shape(p + "transformer.resblocks.0.mlp.c_fc.weight")[0]
+        projection = ckpt.shape(p + "text_projection")[1] if prefix == SDXL_TEXT_2_PREFIX else None
     except KeyError as e:
         raise ExportError(f"{ckpt.path}: OpenCLIP text weights incomplete (no {e})")
-    total = open_clip_text_layers(ckpt)
+    total = open_clip_text_layers(ckpt, prefix)
+    if prefix == SDXL_TEXT_2_PREFIX:
+        if width not in OPEN_CLIP_HEADS:
+            raise ExportError(f"{ckpt.path}: the OpenCLIP text encoder is {width} wide, not a released size: "
+                              f"give its config with --text-config-2 (open_clip or HF CLIPTextConfig json)")
+        return dict(SDXL_TEXT_2, vocab=vocab, ctx=ctx, width=width, hidden=hidden, layers_total=total, layers=total,
+                    heads=OPEN_CLIP_HEADS[width], projection=projection)
     return dict(SD2_TEXT, vocab=vocab, ctx=ctx, width=width, hidden=hidden, layers_total=total, layers=total - 1,
                 heads=OPEN_CLIP_HEADS.get(width, max(1, width // 64)))
 

@@ -1,5 +1,5 @@
 """Reading a diffusers folder (model_index.json, unet/, vae/, text_encoder/, tokenizer/,
-scheduler/) onto the modules of modules.py.
+scheduler/; SDXL: also text_encoder_2/ and tokenizer_2/) onto the modules of modules.py.
 
 The configs become the export's unet / vae / text / schedule settings, and each
 module weight (CompVis-ldm name, as the modules use) is looked up under its diffusers
@@ -23,6 +23,7 @@ WEIGHT_FILES = {
             "diffusion_pytorch_model.fp16.safetensors", "diffusion_pytorch_model.fp16.bin"),
     "text_encoder": ("model.safetensors", "pytorch_model.bin", "model.fp16.safetensors", "pytorch_model.fp16.bin"),
 }
+WEIGHT_FILES["text_encoder_2"] = WEIGHT_FILES["text_encoder"]
 
 
 def is_diffusers_folder(path):
@@ -52,10 +53,14 @@ def weight_file(folder, part):
 
 
 def unet_settings(cfg, where):
-    """UNet2DConditionModel config -> modules.UNetModel arguments."""
-    for key in ("class_embed_type", "addition_embed_type", "encoder_hid_dim"):
+    """UNet2DConditionModel config -> modules.UNetModel arguments (SDXL's "text_time"
+    addition embedding: adm_in_channels, and the size embedding's width)."""
+    for key in ("class_embed_type", "encoder_hid_dim"):
         if cfg.get(key):
-            raise LayoutError(f"{where}: unsupported UNet option {key}={cfg[key]!r} (SDXL or another family?)")
+            raise LayoutError(f"{where}: unsupported UNet option {key}={cfg[key]!r}")
+    addition = cfg.get("addition_embed_type")
+    if addition not in (None, "text_time"):
+        raise LayoutError(f"{where}: unsupported UNet option addition_embed_type={addition!r}")
     try:
         boc = [int(c) for c in cfg["block_out_channels"]]
         down = list(cfg["down_block_types"])
@@ -64,8 +69,14 @@ def unet_settings(cfg, where):
         if any(m * base != c for m, c in zip(mult, boc)):
             raise LayoutError(f"{where}: block_out_channels {boc} are not multiples of the first")
         depth = cfg.get("transformer_layers_per_block", 1)
-        if not isinstance(depth, int):
-            raise LayoutError(f"{where}: per-block transformer_layers_per_block is not supported")
+        if isinstance(depth, list):
+            depth = [int(d) for d in depth]
+            if len(depth) != len(boc) or any(isinstance(d, list) for d in cfg["transformer_layers_per_block"]):
+                raise LayoutError(f"{where}: transformer_layers_per_block {depth} does not give one depth per level")
+            if cfg.get("reverse_transformer_layers_per_block"):
+                raise LayoutError(f"{where}: reverse_transformer_layers_per_block is not supported")
+        elif not isinstance(depth, int):
+            raise LayoutError(f"{where}: invalid transformer_layers_per_block {depth!r}")
         # diffusers' attention_head_dim is the number of heads (num_attention_heads in newer configs).
         heads = cfg.get("num_attention_heads") or cfg["attention_head_dim"]
         unet = dict(in_channels=int(cfg["in_channels"]), out_channels=int(cfg["out_channels"]),
@@ -76,6 +87,9 @@ def unet_settings(cfg, where):
                     num_heads=-1, num_head_channels=-1, transformer_depth=depth,
                     context_dim=int(cfg["cross_attention_dim"]),
                     use_linear_in_transformer=bool(cfg.get("use_linear_projection", False)))
+        if addition == "text_time":
+            unet["adm_in_channels"] = int(cfg["projection_class_embeddings_input_dim"])
+            unet["size_embedding_dim"] = int(cfg.get("addition_time_embed_dim", 256))
     except (KeyError, TypeError, ValueError) as e:
         raise LayoutError(f"{where}: missing or invalid UNet setting ({e})")
     if isinstance(heads, int):
@@ -123,10 +137,10 @@ def schedule_settings(cfg, where):
         raise LayoutError(f"{where}: missing or invalid scheduler setting ({e})")
 
 
-def pad_token(folder):
-    """The tokenizer's pad token text (SD 1.x: <|endoftext|>; SD 2.x: "!"), or None."""
+def pad_token(folder, part="tokenizer"):
+    """The tokenizer's pad token text (SD 1.x: <|endoftext|>; SD 2.x and SDXL's tokenizer_2: "!"), or None."""
     for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        path = os.path.join(folder, "tokenizer", name)
+        path = os.path.join(folder, part, name)
         if os.path.isfile(path):
             pad = read_json(path).get("pad_token")
             if isinstance(pad, dict):
@@ -139,6 +153,9 @@ def pad_token(folder):
 def read_folder(folder):
     """Everything the export needs from a diffusers folder's JSON files."""
     read_json(os.path.join(folder, "model_index.json"))
+    if not os.path.isdir(os.path.join(folder, "text_encoder")) and os.path.isdir(os.path.join(folder, "text_encoder_2")):
+        raise LayoutError(f"diffusers folder {folder} is an SDXL refiner (text_encoder_2/ alone): it refines the "
+                          f"base model's latents and cannot make images from text; export the SDXL base")
     for part in ("unet", "vae", "text_encoder"):
         if not os.path.isdir(os.path.join(folder, part)):
             raise LayoutError(f"diffusers folder {folder} has no {part}/ folder")
@@ -153,14 +170,26 @@ def read_folder(folder):
     schedule["scale_factor"] = scale_factor
     tok_dir = os.path.join(folder, "tokenizer")
     sample_size = read_json(unet_cfg_path).get("sample_size")
-    return {
+    sdxl = "adm_in_channels" in unet
+    if sdxl and not os.path.isdir(os.path.join(folder, "text_encoder_2")):
+        raise LayoutError(f"diffusers folder {folder} has an SDXL UNet but no text_encoder_2/ (incomplete)")
+    if not sdxl and os.path.isdir(os.path.join(folder, "text_encoder_2")):
+        raise LayoutError(f"diffusers folder {folder} has text_encoder_2/ but its UNet takes no vector input "
+                          f"(addition_embed_type text_time): not an SDXL base folder")
+    parts = ("unet", "vae", "text_encoder") + (("text_encoder_2",) if sdxl else ())
+    info = {
         "unet": unet, "vae": vae, "schedule": schedule,
         "latent_size": sample_size if isinstance(sample_size, int) and sample_size > 0 else None,
         "text_config": os.path.join(folder, "text_encoder", "config.json"),
         "tokenizer_dir": tok_dir if os.path.isfile(os.path.join(tok_dir, "vocab.json")) else None,
         "pad_token": pad_token(folder),
-        "files": {part: weight_file(folder, part) for part in ("unet", "vae", "text_encoder")},
+        "files": {part: weight_file(folder, part) for part in parts},
     }
+    if sdxl:
+        info["size_embedding_dim"] = unet.pop("size_embedding_dim")
+        info["text_config_2"] = os.path.join(folder, "text_encoder_2", "config.json")
+        info["pad_token_2"] = pad_token(folder, "tokenizer_2")
+    return info
 
 
 # --------------------------------------------------------------------------- key names
@@ -180,6 +209,7 @@ def unet_key(key, num_res_blocks):
     """diffusers name of an modules.UNetModel weight (ldm name)."""
     per_level = num_res_blocks + 1
     fixed = {"time_embed.0.": "time_embedding.linear_1.", "time_embed.2.": "time_embedding.linear_2.",
+             "label_emb.0.0.": "add_embedding.linear_1.", "label_emb.0.2.": "add_embedding.linear_2.",
              "input_blocks.0.0.": "conv_in.", "out.0.": "conv_norm_out.", "out.2.": "conv_out."}
     for ldm, hf in fixed.items():
         if key.startswith(ldm):

@@ -6,13 +6,17 @@ import time
 
 from . import diffusers_layout, stages
 from .checkpoints import VaeOverride, open_checkpoint
-from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, assumed_parameterization, check_consistency,
-                      detect_family, detect_unet_shapes, load_ldm_config, load_text_config, open_clip_text_layers,
+from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, SDXL_SCHEDULE, SDXL_TEXT, SDXL_TEXT_2, SDXL_UNET,
+                      SIZE_EMBEDDING_DIM, assumed_parameterization, check_consistency, detect_family,
+                      detect_unet_shapes, load_ldm_config, load_text_config, open_clip_text_layers,
                       text_cfg_from_open_clip)
-from .keymaps import checkpoint_key_maps
+from .keymaps import SDXL_TEXT_2_PREFIX, checkpoint_key_maps
 from .lora import bake_loras, parse_lora_arg
 from .report import PROG, ExportError, say
 from .weights import build_modules, check_keys, load_weights, random_init
+
+
+FAMILY_NAMES = {"sd1": "an SD 1.x", "sd2": "an SD 2.x", "sdxl": "an SDXL"}
 
 
 def resolve(args):
@@ -31,7 +35,15 @@ def resolve(args):
         if folder:
             raise ExportError("--vae is for single-file checkpoints; replace a diffusers folder's vae/ folder instead")
         ckpt = VaeOverride(ckpt, args.vae)
-    r = {"ckpt": ckpt, "folder": folder, "tokenizer_dir": args.tokenizer}
+    r = {"ckpt": ckpt, "folder": folder, "tokenizer_dir": args.tokenizer, "text_2": None}
+    detected = detect_family(ckpt) if ckpt and not folder else None
+    if ldm and detected and ldm["family"] != detected:
+        raise ExportError(f"{args.checkpoint} is {FAMILY_NAMES[detected]} checkpoint but config {args.config} "
+                          f"describes {FAMILY_NAMES[ldm['family']]} model")
+    if (folder and "text_config_2" in folder) or "sdxl" in (detected, ldm and ldm["family"]):
+        return resolve_sdxl(args, r, ldm)
+    if getattr(args, "text_config_2", None):
+        raise ExportError("--text-config-2 is for SDXL's second text encoder; this is not an SDXL model")
 
     if folder:
         text_cfg = load_text_config(args.text_config or folder["text_config"])
@@ -40,10 +52,7 @@ def resolve(args):
         p_source = "diffusers scheduler/scheduler_config.json (prediction_type)"
         r["tokenizer_dir"] = args.tokenizer or folder["tokenizer_dir"]
     else:
-        family = detect_family(ckpt) if ckpt else (ldm["family"] if ldm else "sd1")
-        if ldm and ldm["family"] != family:
-            raise ExportError(f"{args.checkpoint} is an {family.upper().replace('SD', 'SD ')}.x checkpoint but "
-                              f"config {args.config} describes an {ldm['family'].upper().replace('SD', 'SD ')}.x model")
+        family = detected or (ldm["family"] if ldm else "sd1")
         unet_default, text_default = FAMILY_DEFAULTS[family]
         if ldm:
             unet_cfg, vae_cfg, schedule = ldm["unet"], ldm["vae"], ldm["schedule"]
@@ -66,6 +75,7 @@ def resolve(args):
         if family == "sd2" and ckpt and open_clip_text_layers(ckpt) != text_cfg["layers_total"]:
             raise ExportError(f"{args.checkpoint} has {open_clip_text_layers(ckpt)} OpenCLIP text layers but the text "
                               f"config says {text_cfg['layers_total']} (give a matching --text-config)")
+    text_cfg.pop("projection", None)  # SD 1.x/2.x use no text projection
     if args.parameterization:
         schedule["parameterization"], p_source = args.parameterization, "--parameterization"
     elif not folder and not ldm and ckpt and family == "sd2":
@@ -87,6 +97,95 @@ def resolve(args):
     return r
 
 
+def resolve_sdxl(args, r, ldm):
+    """resolve() for SDXL base: CLIP ViT-L (its penultimate state, no final LayerNorm) and
+    OpenCLIP bigG (penultimate state and pooled vector), the UNet's vector input."""
+    ckpt, folder = r["ckpt"], r["folder"]
+    if args.lora:
+        raise ExportError("--lora: SDXL LoRAs are not supported yet (only SD 1.x and 2.x LoRAs)")
+    if folder:
+        text_cfg = load_text_config(args.text_config or folder["text_config"])
+        text_cfg_2 = load_text_config(args.text_config_2 or folder["text_config_2"])
+        text_cfg["layers"] = text_cfg["layers_total"] - 1  # hidden_states[-2], as diffusers' SDXL pipeline
+        unet_cfg, vae_cfg, schedule = folder["unet"], folder["vae"], dict(folder["schedule"])
+        size_dim = folder["size_embedding_dim"]
+        p_source = "diffusers scheduler/scheduler_config.json (prediction_type)"
+        r["tokenizer_dir"] = args.tokenizer or folder["tokenizer_dir"]
+    else:
+        if ldm:
+            unet_cfg, vae_cfg, schedule = ldm["unet"], ldm["vae"], ldm["schedule"]
+            size_dim = ldm["size_embedding_dim"]
+            p_source = f"config {os.path.basename(args.config)}"
+        else:
+            unet_cfg, vae_cfg, schedule = dict(SDXL_UNET), dict(SD1_VAE), dict(SDXL_SCHEDULE)
+            size_dim = SIZE_EMBEDDING_DIM
+            p_source = "assumed: SDXL base predicts eps" if ckpt else "default for --random-init"
+        text_cfg = load_text_config(args.text_config) if args.text_config else dict(SDXL_TEXT)
+        # sgm's layer_idx: hidden_states[idx], the output of that many layers
+        text_cfg["layers"] = ldm["text_layer_idx"] if ldm else text_cfg["layers_total"] - 1
+        if args.text_config_2:
+            text_cfg_2 = load_text_config(args.text_config_2)
+        elif ckpt:
+            text_cfg_2 = text_cfg_from_open_clip(ckpt, SDXL_TEXT_2_PREFIX)
+        else:
+            text_cfg_2 = dict(SDXL_TEXT_2)
+        if ckpt and open_clip_text_layers(ckpt, SDXL_TEXT_2_PREFIX) != text_cfg_2["layers_total"]:
+            raise ExportError(f"{args.checkpoint} has {open_clip_text_layers(ckpt, SDXL_TEXT_2_PREFIX)} OpenCLIP "
+                              f"text layers but the second text config says {text_cfg_2['layers_total']} "
+                              f"(give a matching --text-config-2)")
+    if not 1 <= text_cfg["layers"] <= text_cfg["layers_total"]:
+        raise ExportError(f"the first text encoder's output layer {text_cfg['layers']} is not one of its "
+                          f"{text_cfg['layers_total']} layers")
+    text_cfg.pop("projection", None)  # CLIP-L's projection is not used
+    text_cfg["final_norm"] = False
+    text_cfg_2["layers"] = text_cfg_2["layers_total"]  # all run: the pooled vector needs the last
+    text_cfg_2.setdefault("projection", text_cfg_2["width"])
+    if args.parameterization:
+        schedule["parameterization"], p_source = args.parameterization, "--parameterization"
+    tokenizer = stages.find_tokenizer(r["tokenizer_dir"], "diffusers tokenizer/ folder" if folder and not args.tokenizer
+                                      else "--tokenizer directory")
+    # The HF configs' token ids are unreliable (bos 0, eos 2); the tokenizer's are not.
+    # CLIP-L pads with the end token, bigG with 0 ("!", open_clip's padding).
+    vocab = stages.read_vocab(tokenizer["vocab.json"])
+    text_cfg["bos_id"] = text_cfg_2["bos_id"] = vocab.get("<|startoftext|>", 49406)
+    text_cfg["eos_id"] = text_cfg_2["eos_id"] = vocab.get("<|endoftext|>", 49407)
+    text_cfg["pad_id"] = text_cfg["eos_id"]
+    text_cfg_2["pad_id"] = 0
+    if folder:
+        for key, pad in (("pad_id", folder["pad_token"]), ("pad_id_2", folder["pad_token_2"])):
+            if pad is not None and pad in vocab:
+                (text_cfg if key == "pad_id" else text_cfg_2)["pad_id"] = vocab[pad]
+    latent_size = folder["latent_size"] if folder else 128  # SDXL base: 1024x1024 pictures
+    r.update(family="sdxl", unet=unet_cfg, vae=vae_cfg, text=text_cfg, text_2=text_cfg_2, schedule=schedule,
+             parameterization_source=p_source, tokenizer=tokenizer, ldm=ldm, latent_size=latent_size,
+             size_embedding_dim=size_dim)
+    return r
+
+
+# What an SDXL export records as the CLI's defaults (each overridden by its export flag):
+# base at 1024x1024 with Euler and scale 5; SDXL-Turbo as it is run: Euler a on
+# "trailing" timesteps, 1 step, no guidance, 512x512.
+SDXL_BASE_RECIPE = {"image_size": 1024, "default_sampler": "euler", "guidance_scale": 5.0}
+SDXL_TURBO_RECIPE = {"image_size": 512, "default_sampler": "euler_a", "default_schedule": "trailing",
+                     "default_steps": 1, "guidance_scale": 1.0}
+
+
+def record_sdxl_recipe(info, args, source):
+    turbo = "turbo" in source.lower()
+    recipe = SDXL_TURBO_RECIPE if turbo else SDXL_BASE_RECIPE
+    if turbo:
+        say(f"{PROG}: note: 'turbo' in the name: recording SDXL-Turbo's recipe (euler_a, trailing, 1 step, "
+            f"scale 1, 512x512); override with --default-sampler/--default-steps/--guidance-scale/--image-size")
+    for key, value in recipe.items():
+        if key.startswith("default_") and args.default_sampler is not None:
+            continue  # a sampler's steps and schedule belong to it: the user's sampler alone
+        if key == "guidance_scale" and args.guidance_scale is not None:
+            continue
+        if key == "image_size" and (args.image_size or info.get("image_size")) and not turbo:
+            continue  # a diffusers folder's sample_size
+        info[key] = value
+
+
 def export(args):
     import torch
     start = time.time()
@@ -96,18 +195,21 @@ def export(args):
     r = resolve(args)
     ckpt, family = r["ckpt"], r["family"]
     unet_cfg, vae_cfg, text_cfg, schedule = r["unet"], r["vae"], r["text"], r["schedule"]
+    text_cfg_2, size_dim = r["text_2"], r.get("size_embedding_dim", SIZE_EMBEDDING_DIM)
     if ckpt is None:
-        check_consistency(unet_cfg, vae_cfg, text_cfg)
+        check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2, size_dim)
 
-    modules = build_modules(unet_cfg, vae_cfg, text_cfg)
+    modules = build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2)
     if ckpt is not None:
         maps = checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=r["folder"] is not None)
         if r["folder"] or args.config or args.text_config:
             hint = "of the given configs"
+        elif family == "sdxl":
+            hint = "(SDXL base defaults; give --config/--text-config/--text-config-2 for other sizes)"
         else:
             hint = f"(SD {family[2]}.x defaults; give --config/--text-config for other sizes)"
         check_keys(ckpt, modules, maps, hint)  # names the file: before the config-only checks below
-        check_consistency(unet_cfg, vae_cfg, text_cfg)
+        check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2, size_dim)
         load_weights(ckpt, modules, maps)
         ckpt.close()
         source = os.path.basename(os.path.normpath(args.checkpoint))
@@ -119,7 +221,11 @@ def export(args):
 
     dtype = torch.float16 if args.dtype == "float16" else torch.float32
     info = stages.model_info(schedule, unet_cfg, vae_cfg, text_cfg, args.dtype, source, family,
-                             r["parameterization_source"], r["latent_size"])
+                             r["parameterization_source"], r["latent_size"], text_cfg_2, size_dim)
+    if family == "sdxl":
+        record_sdxl_recipe(info, args, source)
+    if getattr(args, "image_size", None):
+        info["image_size"] = args.image_size
     if args.guidance_scale is not None:
         info["guidance_scale"] = args.guidance_scale
     # The sampler recipe the model is meant for (docs/model-format.md).

@@ -1,7 +1,7 @@
 """Where each weight of our modules (modules.py: CompVis ldm names) is found in a checkpoint:
 a CompVis / Stability-AI single file (SD 1.x: HF CLIPTextModel names under
 cond_stage_model.transformer.; SD 2.x: open_clip's text tower, its q/k/v packed in one
-in_proj) or a diffusers folder (diffusers_layout's names)."""
+in_proj; SDXL: sgm's conditioner.embedders.0/1) or a diffusers folder (diffusers_layout's names)."""
 
 import re
 
@@ -11,19 +11,25 @@ UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
 TEXT_PREFIX = "cond_stage_model.transformer."
 SD2_TEXT_PREFIX = "cond_stage_model.model."
+SDXL_TEXT_PREFIX = "conditioner.embedders.0.transformer."
+SDXL_TEXT_2_PREFIX = "conditioner.embedders.1.model."
 
 
 class Ref:
     """Where a module weight comes from: checkpoint tensor `key`, or the `part`-th of `parts`
-    equal slices of it along dim 0 (open_clip's in_proj holds q, k and v one after another)."""
+    equal slices of it along dim 0 (open_clip's in_proj holds q, k and v one after another),
+    transposed if `transpose` (open_clip's text_projection is used as x @ P, a Linear's
+    weight is P's transpose)."""
 
-    def __init__(self, key, part=0, parts=1):
-        self.key, self.part, self.parts = key, part, parts
+    def __init__(self, key, part=0, parts=1, transpose=False):
+        self.key, self.part, self.parts, self.transpose = key, part, parts, transpose
 
     def shape(self, ckpt):
         shape = ckpt.shape(self.key)
         if self.parts > 1 and shape:
             shape = (shape[0] // self.parts,) + tuple(shape[1:])
+        if self.transpose:
+            shape = tuple(reversed(shape))
         return tuple(shape)
 
 
@@ -32,15 +38,17 @@ OPEN_CLIP_LAYER_NAMES = (("self_attn.out_proj.", "attn.out_proj."), ("layer_norm
                          ("layer_norm2.", "ln_2."), ("mlp.fc1.", "mlp.c_fc."), ("mlp.fc2.", "mlp.c_proj."))
 
 
-def open_clip_ref(k):
-    """Ref of a TextEncoder weight (HF name) in an SD 2.x single-file checkpoint."""
-    p = SD2_TEXT_PREFIX
+def open_clip_ref(k, p=SD2_TEXT_PREFIX):
+    """Ref of a TextEncoder(WithProjection) weight (HF name) in the open_clip text tower
+    under prefix p (SD 2.x, or SDXL's second encoder)."""
     fixed = {"text_model.embeddings.token_embedding.weight": p + "token_embedding.weight",
              "text_model.embeddings.position_embedding.weight": p + "positional_embedding",
              "text_model.final_layer_norm.weight": p + "ln_final.weight",
              "text_model.final_layer_norm.bias": p + "ln_final.bias"}
     if k in fixed:
         return Ref(fixed[k])
+    if k == "text_projection.weight":
+        return Ref(p + "text_projection", transpose=True)
     m = re.match(r"text_model\.encoder\.layers\.(\d+)\.(.*)$", k)
     if not m:
         raise KeyError(k)
@@ -61,11 +69,21 @@ def checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=Fals
         levels = len(vae_cfg["ch_mult"])
         old_names = not any(k.startswith("vae/decoder.mid_block.attentions.0.to_q.") for k in keys)
         nrb = unet_cfg["num_res_blocks"]
-        return {
+        maps = {
             "text_encoder": {k: Ref("text_encoder/" + k) for k in modules["text_encoder"].state_dict()},
             "unet": {k: Ref("unet/" + diffusers_layout.unet_key(k, nrb)) for k in modules["unet"].state_dict()},
             "vae_decoder": {k: Ref("vae/" + diffusers_layout.vae_key(k, levels, old_names))
                             for k in modules["vae_decoder"].state_dict()},
+        }
+        if "text_encoder_2" in modules:  # SDXL: CLIPTextModelWithProjection, the same names
+            maps["text_encoder_2"] = {k: Ref("text_encoder_2/" + k) for k in modules["text_encoder_2"].state_dict()}
+        return maps
+    if family == "sdxl":
+        return {
+            "text_encoder": {k: Ref(SDXL_TEXT_PREFIX + k) for k in modules["text_encoder"].state_dict()},
+            "text_encoder_2": {k: open_clip_ref(k, SDXL_TEXT_2_PREFIX) for k in modules["text_encoder_2"].state_dict()},
+            "unet": {k: Ref(UNET_PREFIX + k) for k in modules["unet"].state_dict()},
+            "vae_decoder": {k: Ref(VAE_PREFIX + k) for k in modules["vae_decoder"].state_dict()},
         }
     if family == "sd2":
         text = {k: open_clip_ref(k) for k in modules["text_encoder"].state_dict()}

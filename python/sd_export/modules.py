@@ -1,11 +1,13 @@
-"""TorchScript-ready modules of Stable Diffusion 1.x and 2.x (CompVis / Stability-AI ldm layout).
+"""TorchScript-ready modules of Stable Diffusion 1.x, 2.x and SDXL (CompVis / Stability-AI layouts).
 
-Three exportable modules, each with the state-dict names of the CompVis checkpoints
-below its prefix so that weights load by name:
+Exportable modules, each with the state-dict names of the CompVis checkpoints
+below its prefix so that weights load by name (SDXL: sgm's single-file names):
 
 * ``TextEncoder``  <- ``cond_stage_model.transformer.``  (HF CLIPTextModel names; SD 2.x's
   OpenCLIP text tower is the same network, its weights are renamed by the export (keymaps),
   and only the layers SD uses are built: 23 of 24 for "penultimate")
+* ``TextEncoderWithProjection`` <- SDXL's ``conditioner.embedders.1.model.`` (renamed
+  like SD 2.x's; SDXL's first encoder is a ``TextEncoder`` <- ``conditioner.embedders.0.transformer.``)
 * ``UNetModel``    <- ``model.diffusion_model.``
 * ``VAEDecoder``   <- ``first_stage_model.``  (post_quant_conv + decoder; no encoder)
 
@@ -22,7 +24,7 @@ at run time, set from C++ with ``setattr`` (see docs/model-format.md):
 """
 
 import math
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -121,6 +123,20 @@ class CLIPEncoder(nn.Module):
             i += 1
         return x
 
+    @torch.jit.export
+    def forward_with_hidden(self, x: torch.Tensor, mask: torch.Tensor, hidden_after: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(the state after `hidden_after` layers, the state after all of them)."""
+        hidden = x
+        i = 0
+        for layer in self.layers:
+            if i == hidden_after:
+                hidden = x
+            x = layer(x, mask)
+            i += 1
+        if hidden_after >= self.num_layers:
+            hidden = x
+        return hidden, x
+
 
 class CLIPTextTransformer(nn.Module):
     def __init__(self, vocab: int, ctx: int, width: int, layers: int, heads: int, hidden: int,
@@ -129,18 +145,32 @@ class CLIPTextTransformer(nn.Module):
         self.embeddings = CLIPEmbeddings(vocab, ctx, width)
         self.encoder = CLIPEncoder(layers, width, heads, hidden, quick_gelu, eps)
         self.final_layer_norm = nn.LayerNorm(width, eps=eps)
+        # SDXL's CLIP-L output is a hidden state without the final LayerNorm.
+        self.final_norm: bool = True
 
     def forward(self, ids: torch.Tensor, skip: int) -> torch.Tensor:
         return self.from_token_embeddings(self.embeddings.token_embedding(ids), skip)
 
-    def from_token_embeddings(self, tokens: torch.Tensor, skip: int) -> torch.Tensor:
+    def prepare(self, tokens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Token embeddings plus positions, and the causal mask (position i sees positions <= i)."""
         length = tokens.shape[1]
         x = tokens + self.embeddings.position_embedding.weight[:length].unsqueeze(0)
-        # Causal mask: position i sees positions <= i.
         mask = torch.full((length, length), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
+        return x, mask
+
+    def from_token_embeddings(self, tokens: torch.Tensor, skip: int) -> torch.Tensor:
+        x, mask = self.prepare(tokens)
         x = self.encoder(x, mask, skip)
         # The final LayerNorm runs whatever the skip (as diffusers' and A1111's clip skip).
-        return self.final_layer_norm(x)
+        if self.final_norm:
+            x = self.final_layer_norm(x)
+        return x
+
+    def forward_with_hidden(self, ids: torch.Tensor, hidden_after: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(the state after `hidden_after` layers, the final LayerNorm of the state after all)."""
+        x, mask = self.prepare(self.embeddings.token_embedding(ids))
+        hidden, last = self.encoder.forward_with_hidden(x, mask, hidden_after)
+        return hidden, self.final_layer_norm(last)
 
 
 class TextEncoder(nn.Module):
@@ -165,6 +195,38 @@ class TextEncoder(nn.Module):
     @torch.jit.export
     def forward_embeds(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.text_model.from_token_embeddings(tokens, self.clip_skip)
+
+
+class TextEncoderWithProjection(nn.Module):
+    """SDXL's second text encoder, OpenCLIP ViT-bigG's text tower under HF
+    CLIPTextModelWithProjection names (diffusers' text_encoder_2; the single file's
+    open_clip names are mapped by the export).
+
+    ``forward(ids) -> [n, L, width]``: the penultimate state (the input of the last
+    layer), without the final LayerNorm. ``forward_pooled(ids) -> (that, [n, proj])``:
+    also the pooled vector, the final LayerNorm of the last layer's output at the
+    end-of-text token (the largest id, as open_clip finds it) times ``text_projection``.
+    ``clip_skip`` moves the penultimate state back by that many layers; the pooled
+    vector always comes from all of them.
+    """
+
+    def __init__(self, vocab: int = 49408, ctx: int = 77, width: int = 1280, layers: int = 32,
+                 heads: int = 20, hidden: int = 5120, quick_gelu: bool = False, eps: float = 1e-5,
+                 projection: int = 1280):
+        super().__init__()
+        self.text_model = CLIPTextTransformer(vocab, ctx, width, layers, heads, hidden, quick_gelu, eps)
+        self.text_projection = nn.Linear(width, projection, bias=False)
+        self.clip_skip: int = 0
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.forward_pooled(ids)[0]
+
+    @torch.jit.export
+    def forward_pooled(self, ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        hidden, last = self.text_model.forward_with_hidden(ids, self.text_model.encoder.num_layers - 1 - self.clip_skip)
+        rows = torch.arange(last.shape[0], device=last.device)
+        pooled = last[rows, ids.argmax(dim=-1)]
+        return hidden, self.text_projection(pooled)
 
 
 # --------------------------------------------------------------------------- layers
@@ -460,20 +522,31 @@ def attention_heads(ch: int, num_heads: int, num_head_channels: int):
 
 class UNetModel(nn.Module):
     """openaimodel.UNetModel with use_spatial_transformer (SD 1.x; SD 2.x with
-    use_linear_in_transformer); forward(x, t, context) -> eps (or v)."""
+    use_linear_in_transformer; SDXL with per-level depths and the vector input
+    adm_in_channels); forward(x, t, context[, y]) -> eps (or v)."""
 
     def __init__(self, in_channels: int = 4, out_channels: int = 4, model_channels: int = 320,
                  attention_resolutions=(4, 2, 1), num_res_blocks: int = 2, channel_mult=(1, 2, 4, 4),
-                 num_heads: int = 8, num_head_channels: int = -1, transformer_depth: int = 1,
-                 context_dim: int = 768, use_linear_in_transformer: bool = False):
+                 num_heads: int = 8, num_head_channels: int = -1, transformer_depth=1,
+                 context_dim: int = 768, use_linear_in_transformer: bool = False, adm_in_channels: int = 0):
         super().__init__()
         self.model_channels = model_channels
         emb_dim = model_channels * 4
         self.time_embed = nn.Sequential(Linear(model_channels, emb_dim), nn.SiLU(), Linear(emb_dim, emb_dim))
+        # SDXL: the vector input y (pooled text and size embeddings) is added to the time embedding.
+        self.adm_in_channels = adm_in_channels
+        if adm_in_channels > 0:
+            self.label_emb = nn.Sequential(
+                nn.Sequential(Linear(adm_in_channels, emb_dim), nn.SiLU(), Linear(emb_dim, emb_dim)))
+        else:
+            self.label_emb = nn.Identity()
+        # One depth for every level (SD 1.x/2.x) or one per level (SDXL; the middle block takes the last).
+        depths = list(transformer_depth) if isinstance(transformer_depth, (list, tuple)) \
+            else [transformer_depth] * len(channel_mult)
 
-        def transformer(ch: int) -> SpatialTransformer:
+        def transformer(ch: int, depth: int) -> SpatialTransformer:
             heads, dim_head = attention_heads(ch, num_heads, num_head_channels)
-            return SpatialTransformer(ch, heads, dim_head, transformer_depth, context_dim, use_linear_in_transformer)
+            return SpatialTransformer(ch, heads, dim_head, depth, context_dim, use_linear_in_transformer)
 
         self.input_blocks = nn.ModuleList(
             [TimestepEmbedSequential(EmbConv2d(in_channels, model_channels, 3, padding=1))])
@@ -485,7 +558,7 @@ class UNetModel(nn.Module):
                 layers: List[nn.Module] = [ResBlock(ch, emb_dim, mult * model_channels)]
                 ch = mult * model_channels
                 if ds in attention_resolutions:
-                    layers.append(transformer(ch))
+                    layers.append(transformer(ch, depths[level]))
                 self.input_blocks.append(TimestepEmbedSequential(*layers))
                 skip_channels.append(ch)
             if level != len(channel_mult) - 1:
@@ -494,7 +567,7 @@ class UNetModel(nn.Module):
                 ds *= 2
 
         self.middle_block = TimestepEmbedSequential(
-            ResBlock(ch, emb_dim, ch), transformer(ch), ResBlock(ch, emb_dim, ch))
+            ResBlock(ch, emb_dim, ch), transformer(ch, depths[-1]), ResBlock(ch, emb_dim, ch))
 
         self.output_blocks = nn.ModuleList([])
         for level, mult in list(enumerate(channel_mult))[::-1]:
@@ -503,7 +576,7 @@ class UNetModel(nn.Module):
                 layers = [ResBlock(ch + skip, emb_dim, model_channels * mult)]
                 ch = model_channels * mult
                 if ds in attention_resolutions:
-                    layers.append(transformer(ch))
+                    layers.append(transformer(ch, depths[level]))
                 if level and i == num_res_blocks:
                     layers.append(Upsample(ch))
                     ds //= 2
@@ -511,10 +584,15 @@ class UNetModel(nn.Module):
 
         self.out = nn.Sequential(unet_norm(ch), nn.SiLU(), Conv2d(model_channels, out_channels, 3, padding=1))
 
-    def forward(self, x: torch.Tensor, t: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, t: torch.Tensor, context: torch.Tensor,
+                y: Optional[torch.Tensor] = None) -> torch.Tensor:
         if t.dim() == 0:
             t = t.expand(x.shape[0])
         emb = self.time_embed(timestep_embedding(t, self.model_channels))
+        if self.adm_in_channels > 0:
+            if y is None:
+                raise RuntimeError("this UNet needs its vector input y (SDXL: pooled text and size embeddings)")
+            emb = emb + self.label_emb(y)
         hs: List[torch.Tensor] = []
         h = x
         for block in self.input_blocks:

@@ -96,7 +96,7 @@ def open_clip_vocab(path):
 # --------------------------------------------------------------------------- model.json
 
 def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, parameterization_source,
-               latent_size=None):
+               latent_size=None, text_cfg_2=None, size_embedding_dim=256):
     ac = alphas_cumprod(schedule)
     down = 2 ** (len(vae_cfg["ch_mult"]) - 1)
     info = {
@@ -110,7 +110,7 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
         "downsample_factor": down,
         "size_multiple": down * 2 ** (len(unet_cfg["channel_mult"]) - 1),
         "context_length": text_cfg["ctx"],
-        "context_dim": text_cfg["width"],
+        "context_dim": unet_cfg["context_dim"],
         "bos_id": text_cfg["bos_id"], "eos_id": text_cfg["eos_id"], "pad_id": text_cfg["pad_id"],
         "tokenizer": "open_clip" if family == "sd2" else "clip",
         "text_layers_used": text_cfg["layers"],
@@ -127,6 +127,12 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
     }
     if latent_size:  # the picture size it was trained at, when the config says
         info["image_size"] = latent_size * down
+    if text_cfg_2 is not None:  # SDXL (docs/model-format.md, "sdxl")
+        info["sdxl"] = {"text_encoder_width": text_cfg["width"], "text_encoder_2_width": text_cfg_2["width"],
+                        "text_encoder_2_pad_id": text_cfg_2["pad_id"], "pooled_dim": text_cfg_2["projection"],
+                        "size_embedding_dim": size_embedding_dim, "adm_in_channels": unet_cfg["adm_in_channels"]}
+        info["architecture"]["text_2"] = {k: v for k, v in text_cfg_2.items() if k != "layers_total"}
+        info["files"]["text_encoder_2"] = "text_encoder_2.pt"
     return info
 
 

@@ -24,14 +24,22 @@ class no_init:
             setattr(init, n, f)
 
 
-def build_modules(unet_cfg, vae_cfg, text_cfg):
-    from .modules import TextEncoder, UNetModel, VAEDecoder
+def build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2=None):
+    """The stages; SDXL (text_cfg_2 given) has a second text encoder with the pooled output."""
+    from .modules import TextEncoder, TextEncoderWithProjection, UNetModel, VAEDecoder
     with no_init():
         text = TextEncoder(text_cfg["vocab"], text_cfg["ctx"], text_cfg["width"], text_cfg["layers"],
                            text_cfg["heads"], text_cfg["hidden"], text_cfg["quick_gelu"], text_cfg["eps"])
-        unet = UNetModel(**unet_cfg)
-        vae = VAEDecoder(**vae_cfg)
-    return {"text_encoder": text, "unet": unet, "vae_decoder": vae}
+        text.text_model.final_norm = text_cfg.get("final_norm", True)
+        modules = {"text_encoder": text}
+        if text_cfg_2 is not None:
+            t = text_cfg_2
+            modules["text_encoder_2"] = TextEncoderWithProjection(
+                t["vocab"], t["ctx"], t["width"], t["layers"], t["heads"], t["hidden"], t["quick_gelu"], t["eps"],
+                t.get("projection", t["width"]))
+        modules["unet"] = UNetModel(**unet_cfg)
+        modules["vae_decoder"] = VAEDecoder(**vae_cfg)
+    return modules
 
 
 def same_weight_shape(have, want):
@@ -86,6 +94,8 @@ def load_weights(ckpt, modules, maps):
             owner_name, _, attr = mk.rpartition(".")
             param = getattr(owners[stage][owner_name], attr)
             t = full.chunk(ref.parts)[ref.part] if ref.parts > 1 else full
+            if ref.transpose:
+                t = t.t().contiguous()
             t = t.reshape(param.shape)
             if t.dtype != torch.float32:
                 t = t.float()
@@ -100,7 +110,7 @@ def random_init(modules, seed):
     import torch
     from torch import nn
     g = torch.Generator().manual_seed(seed)
-    for stage in ("text_encoder", "unet", "vae_decoder"):
+    for stage in modules:
         for name, m in modules[stage].named_modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 w = torch.empty(m.weight.shape)
