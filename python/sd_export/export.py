@@ -200,6 +200,7 @@ def export(args):
         check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2, size_dim)
 
     modules = build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2)
+    dtype = torch.float16 if args.dtype == "float16" else torch.float32
     if ckpt is not None:
         maps = checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=r["folder"] is not None)
         if r["folder"] or args.config or args.text_config:
@@ -210,16 +211,16 @@ def export(args):
             hint = f"(SD {family[2]}.x defaults; give --config/--text-config for other sizes)"
         check_keys(ckpt, modules, maps, hint)  # names the file: before the config-only checks below
         check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2, size_dim)
-        load_weights(ckpt, modules, maps)
+        # Straight to the stored dtype, unless LoRAs are merged first (in fp32).
+        load_weights(ckpt, modules, maps, None if args.lora else dtype)
         ckpt.close()
         source = os.path.basename(os.path.normpath(args.checkpoint))
     else:
-        random_init(modules, args.seed)
+        random_init(modules, args.seed, None if args.lora else dtype)
         source = f"random-init (seed {args.seed})"
 
     loras = bake_loras(modules, [parse_lora_arg(a) for a in args.lora]) if args.lora else []
 
-    dtype = torch.float16 if args.dtype == "float16" else torch.float32
     info = stages.model_info(schedule, unet_cfg, vae_cfg, text_cfg, args.dtype, source, family,
                              r["parameterization_source"], r["latent_size"], text_cfg_2, size_dim)
     if family == "sdxl":
