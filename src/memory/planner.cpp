@@ -261,10 +261,14 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     p.ff_chunk = kFeedForwardChunk;
     p.conv_split = static_cast<int64_t>(kConvSplitBytes);
     // Weights as held: the text encoder always in fp32, the others as asked.
-    // Loading holds the file's tensors, converted one at a time.
+    // Loading converts the mapped file's tensors one at a time, each handing
+    // its file pages back once converted (stage_loader.cpp): narrowing an fp32
+    // file to fp16 holds the fp16 weights and one fp32 tensor at most
+    // (measured: SD 1.5's UNet stage peaked at 1.95 GiB, not the file's 3.2).
     auto weights = [&](StagePrediction& s, double file, bool half) {
         s.weights = file * (half ? 2.0 : 4.0) / (m.half_file ? 2.0 : 4.0);
-        s.load = std::max(file, s.weights);
+        const bool narrowing = half && !m.half_file;
+        s.load = narrowing ? s.weights + std::min(file, m.unet_largest_conv_bytes) : std::max(file, s.weights);
     };
 
     weights(p.text, m.text_weights, false);
