@@ -44,6 +44,40 @@ SIZE_EMBEDDING_DIM = 256  # ConcatTimestepEmbedderND outdim of each of the six s
 FAMILY_DEFAULTS = {"sd1": (SD1_UNET, SD1_TEXT), "sd2": (SD2_UNET, SD2_TEXT), "sdxl": (SDXL_UNET, SDXL_TEXT)}
 
 
+def unet_settings(p, depth):
+    """modules.UNetModel arguments from an openaimodel.UNetModel config's params (the
+    LDM yaml's unet_config, sgm's network_config); KeyError/TypeError/ValueError when
+    a setting is missing or invalid."""
+    return dict(
+        in_channels=int(p["in_channels"]),
+        out_channels=int(p["out_channels"]),
+        model_channels=int(p["model_channels"]),
+        attention_resolutions=[int(r) for r in p["attention_resolutions"]],
+        num_res_blocks=int(p["num_res_blocks"]),
+        channel_mult=[int(m) for m in p["channel_mult"]],
+        num_heads=int(p.get("num_heads", -1)),
+        num_head_channels=int(p.get("num_head_channels", -1)),
+        transformer_depth=depth,
+        context_dim=int(p["context_dim"]),
+        use_linear_in_transformer=bool(p.get("use_linear_in_transformer", False)),
+    )
+
+
+def vae_settings(first_stage):
+    """modules.VAEDecoder arguments from an AutoencoderKL config's params."""
+    dd = first_stage["ddconfig"]
+    return dict(
+        embed_dim=int(first_stage["embed_dim"]),
+        ch=int(dd["ch"]),
+        out_ch=int(dd["out_ch"]),
+        ch_mult=[int(m) for m in dd["ch_mult"]],
+        num_res_blocks=int(dd["num_res_blocks"]),
+        attn_resolutions=[int(r) for r in dd.get("attn_resolutions", [])],
+        resolution=int(dd["resolution"]),
+        z_channels=int(dd["z_channels"]),
+    )
+
+
 def load_ldm_config(path):
     """Settings from a v1-inference.yaml / v2-inference(-v).yaml-style LDM config:
     {"family", "unet", "vae", "schedule", "text_layer"}."""
@@ -64,7 +98,7 @@ def load_ldm_config(path):
         params = cfg["model"]["params"]
         unet_params = params["unet_config"]["params"]
         first_stage = params["first_stage_config"]["params"]
-        dd = first_stage["ddconfig"]
+        first_stage["ddconfig"]  # there, or the message below (vae_settings reads it)
     except (KeyError, TypeError):
         raise ExportError(f"config {path} is not an LDM config (expected model.params.unet_config and "
                           f"model.params.first_stage_config.params.ddconfig)")
@@ -94,29 +128,8 @@ def load_ldm_config(path):
         depth = unet_params.get("transformer_depth", 1)
         if not isinstance(depth, int):
             raise ExportError(f"config {path}: per-level transformer_depth is not supported")
-        unet = dict(
-            in_channels=int(unet_params["in_channels"]),
-            out_channels=int(unet_params["out_channels"]),
-            model_channels=int(unet_params["model_channels"]),
-            attention_resolutions=[int(r) for r in unet_params["attention_resolutions"]],
-            num_res_blocks=int(unet_params["num_res_blocks"]),
-            channel_mult=[int(m) for m in unet_params["channel_mult"]],
-            num_heads=int(unet_params.get("num_heads", -1)),
-            num_head_channels=int(unet_params.get("num_head_channels", -1)),
-            transformer_depth=depth,
-            context_dim=int(unet_params["context_dim"]),
-            use_linear_in_transformer=bool(unet_params.get("use_linear_in_transformer", False)),
-        )
-        vae = dict(
-            embed_dim=int(first_stage["embed_dim"]),
-            ch=int(dd["ch"]),
-            out_ch=int(dd["out_ch"]),
-            ch_mult=[int(m) for m in dd["ch_mult"]],
-            num_res_blocks=int(dd["num_res_blocks"]),
-            attn_resolutions=[int(r) for r in dd.get("attn_resolutions", [])],
-            resolution=int(dd["resolution"]),
-            z_channels=int(dd["z_channels"]),
-        )
+        unet = unet_settings(unet_params, depth)
+        vae = vae_settings(first_stage)
         schedule = dict(
             linear_start=float(params.get("linear_start", 0.0001)),
             linear_end=float(params.get("linear_end", 0.02)),
@@ -148,7 +161,7 @@ def load_sgm_config(path, params):
     try:
         unet_params = params["network_config"]["params"]
         first_stage = params["first_stage_config"]["params"]
-        dd = first_stage["ddconfig"]
+        first_stage["ddconfig"]  # there, or the message below (vae_settings reads it)
         embedders = params["conditioner_config"]["params"]["emb_models"]
         targets = [_target(e) for e in embedders]
     except (KeyError, TypeError):
@@ -189,21 +202,8 @@ def load_sgm_config(path, params):
     try:
         depth = unet_params.get("transformer_depth", 1)
         depth = [int(d) for d in depth] if isinstance(depth, list) else int(depth)
-        unet = dict(
-            in_channels=int(unet_params["in_channels"]), out_channels=int(unet_params["out_channels"]),
-            model_channels=int(unet_params["model_channels"]),
-            attention_resolutions=[int(r) for r in unet_params["attention_resolutions"]],
-            num_res_blocks=int(unet_params["num_res_blocks"]),
-            channel_mult=[int(m) for m in unet_params["channel_mult"]],
-            num_heads=int(unet_params.get("num_heads", -1)),
-            num_head_channels=int(unet_params.get("num_head_channels", -1)),
-            transformer_depth=depth, context_dim=int(unet_params["context_dim"]),
-            use_linear_in_transformer=bool(unet_params.get("use_linear_in_transformer", False)),
-            adm_in_channels=int(unet_params["adm_in_channels"]))
-        vae = dict(embed_dim=int(first_stage["embed_dim"]), ch=int(dd["ch"]), out_ch=int(dd["out_ch"]),
-                   ch_mult=[int(m) for m in dd["ch_mult"]], num_res_blocks=int(dd["num_res_blocks"]),
-                   attn_resolutions=[int(r) for r in dd.get("attn_resolutions", [])],
-                   resolution=int(dd["resolution"]), z_channels=int(dd["z_channels"]))
+        unet = dict(unet_settings(unet_params, depth), adm_in_channels=int(unet_params["adm_in_channels"]))
+        vae = vae_settings(first_stage)
         schedule = dict(linear_start=float(disc_params.get("linear_start", 0.00085)),
                         linear_end=float(disc_params.get("linear_end", 0.012)),
                         timesteps=int(params["denoiser_config"]["params"].get("num_idx", 1000)),

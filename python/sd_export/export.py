@@ -151,10 +151,10 @@ def resolve_sdxl(args, r, ldm):
     text_cfg["eos_id"] = text_cfg_2["eos_id"] = vocab.get("<|endoftext|>", 49407)
     text_cfg["pad_id"] = text_cfg["eos_id"]
     text_cfg_2["pad_id"] = 0
-    if folder:
-        for key, pad in (("pad_id", folder["pad_token"]), ("pad_id_2", folder["pad_token_2"])):
-            if pad is not None and pad in vocab:
-                (text_cfg if key == "pad_id" else text_cfg_2)["pad_id"] = vocab[pad]
+    if folder:  # the folder's tokenizers say what they pad with
+        for cfg, pad in ((text_cfg, folder["pad_token"]), (text_cfg_2, folder["pad_token_2"])):
+            if pad in vocab:
+                cfg["pad_id"] = vocab[pad]
     latent_size = folder["latent_size"] if folder else 128  # SDXL base: 1024x1024 pictures
     r.update(family="sdxl", unet=unet_cfg, vae=vae_cfg, text=text_cfg, text_2=text_cfg_2, schedule=schedule,
              parameterization_source=p_source, tokenizer=tokenizer, ldm=ldm, latent_size=latent_size,

@@ -8,7 +8,6 @@ Fixtures: tests/fixtures/sdxl-tiny (or ../shared/conformance). Run by CTest as p
 python_sd2_export_tests (check_*.py).
 """
 
-import json
 import os
 import shutil
 import unittest
@@ -37,16 +36,8 @@ class SdxlExport(Exports):
     def case(self, c, name):
         return torch.from_numpy(np.load(os.path.join(self.fx, "cases", c, name)))
 
-    def assert_same_weights(self, dir_a, dir_b):
-        for name in STAGES:
-            a = load_stage(os.path.join(dir_a, name)).state_dict()
-            b = load_stage(os.path.join(dir_b, name)).state_dict()
-            self.assertEqual(sorted(a), sorted(b), name)
-            for k in a:
-                self.assertTrue(torch.equal(a[k], b[k]), f"{name}: {k}")
-
     def test_single_file_and_diffusers_folder_give_the_same_model(self):
-        self.assert_same_weights(self.st, self.diffusers)
+        self.assert_same_weights(self.st, self.diffusers, STAGES)
         a, b = read_json(os.path.join(self.st, "model.json")), read_json(os.path.join(self.diffusers, "model.json"))
         for key in ("sdxl", "family", "context_dim", "pad_id", "scale_factor", "text_layers_used", "alphas_cumprod",
                     "linear_start", "linear_end", "parameterization"):
