@@ -141,7 +141,7 @@ struct Flags {
     bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false, version = false;
     std::vector<std::string> from_png;
     std::string manifest;
-    std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto";
+    std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto", prepack = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
     std::vector<std::string> embeddings;  // textual inversion (issue 19)
@@ -196,8 +196,11 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
     // Memory: see README "Memory". Unset choices are left to the planner.
-    app.add_option("--attention", f.attention, "auto, full, per-head or chunked[:N]")->capture_default_str();
+    app.add_option("--attention", f.attention, "auto, fused, full, per-head or chunked[:N]")->capture_default_str();
     app.add_option("--max-memory", f.max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
+    app.add_option("--prepack", f.prepack,
+                   "auto or on: convolution weights in oneDNN's layout from load on (fp32 on a CPU); off: as in the file")
+        ->capture_default_str();
     app.add_option("--sequential-load", f.sequential_load, "auto, on (one stage in memory at a time) or off")->capture_default_str();
     app.add_option("--batch-size", f.batch_size, "images per UNet pass (default: the planner decides)");
     app.add_option("--vae-tiling", f.vae_tiling, "auto, on, off, or a tile edge in latent pixels")->capture_default_str();
@@ -343,6 +346,7 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     o.measure_stages = f.verbose;
     if (!f.max_memory.empty()) o.max_memory = sd::parse_size(f.max_memory);
     o.sequential = parse_switch("--sequential-load", f.sequential_load);
+    o.prepack = parse_switch("--prepack", f.prepack).value_or(true);
     o.vae_tile = parse_tiling(f.vae_tiling);
     if (app.count("--batch-size")) o.batch_size = f.batch_size;
     o.embeddings = f.embeddings;
@@ -496,7 +500,7 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
 }  // namespace
 
 int main(int argc, char** argv) {
-    sd::use_passive_openmp(argv);
+    sd::use_passive_openmp();
     CLI::App app{"sd-txt2img: Stable Diffusion text to image on a modest machine"};
     // A flag given twice takes its last value, as shell users expect when appending to a command.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

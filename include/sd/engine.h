@@ -13,15 +13,14 @@ namespace sd {
 
 // Bumped whenever Pipeline, PipelineOptions or what they carry change shape,
 // so that an engine module from another build is refused, not misread.
-constexpr int kEngineInterfaceVersion = 1;
+constexpr int kEngineInterfaceVersion = 2;
 
 // OpenMP threads that wait for work spin by default; a spinning thread takes
 // the core the working one needs, even on a quiet 2-core machine (measured: a
 // 256x256 step 3.4 s passive against 6.6-6.9 s active). When the user has not
-// set OMP_WAIT_POLICY, this sets it to passive and runs the program again
-// (the executable's own path, so ps and pgrep see its name); the program does
-// not link LibTorch, so that costs milliseconds.
-void use_passive_openmp(char** argv);
+// set OMP_WAIT_POLICY, this sets it to passive. Call it before load_pipeline:
+// libgomp reads the variable when the engine module brings it in.
+void use_passive_openmp();
 
 // Loads the engine module (once) and makes a pipeline with it. Throws
 // sd::Error when the module is missing or from another build, and whatever

@@ -12,14 +12,14 @@ namespace sd {
 
 // How attention scores are computed: the values are the attention_mode
 // attribute of the exported modules (docs/model-format.md).
-enum class AttentionMode { Full = 0, PerHead = 1, Chunked = 2 };
+enum class AttentionMode { Full = 0, PerHead = 1, Chunked = 2, Fused = 3 };
 
 struct AttentionSetting {
     AttentionMode mode = AttentionMode::PerHead;
     int chunk = 256;  // query rows per chunk when mode == Chunked
 };
 
-// Parses "full", "per-head", "chunked" or "chunked:N"; throws sd::Error otherwise.
+// Parses "fused", "full", "per-head", "chunked" or "chunked:N"; throws sd::Error otherwise.
 AttentionSetting parse_attention(const std::string& text);
 
 

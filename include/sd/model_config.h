@@ -24,6 +24,9 @@ struct ModelConfig {
     double linear_start = 0, linear_end = 0;  // the betas' range (model.json); 0: not recorded
     std::string source;
     std::string architecture_json;  // "architecture" of model.json (sizes of the three networks), as JSON text
+    // The modules can call the sd::attention operator (model.json "fused_attention";
+    // folders exported before it have the other attention strategies only).
+    bool fused_attention = false;
 
     std::string text_encoder_path, unet_path, vae_decoder_path, vocab_path, merges_path;
 

@@ -18,7 +18,10 @@ namespace sd {
 
 struct PipelineOptions {
     std::string model_dir;
-    std::string attention = "auto";      // auto | full | per-head | chunked[:N]
+    std::string attention = "auto";      // auto | fused | full | per-head | chunked[:N]
+    // Convolution weights in oneDNN's layout from load on (fp32 on the CPU;
+    // stage_loader.h prepack_convolutions). Off: the file's dense layout.
+    bool prepack = true;
     int threads = 0;                     // 0: one per core
     double max_memory = 0;               // bytes; 0: what the machine has available
     std::optional<bool> sequential;      // unset: the planner decides

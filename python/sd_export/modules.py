@@ -20,7 +20,9 @@ Attention (UNet ``CrossAttention`` and VAE ``AttnBlock``) reads two int attribut
 at run time, set from C++ with ``setattr`` (see docs/model-format.md):
 ``attention_mode`` 0 = all heads in one batched matmul (the reference),
 1 = one head at a time (default; bit-identical to 0, far less memory),
-2 = one head at a time in chunks of ``attention_chunk`` query rows.
+2 = one head at a time in chunks of ``attention_chunk`` query rows,
+3 = fused: the ``sd::attention`` operator (sd_export/ops.py), which the C++
+program implements with a kernel that never holds more than a tile of scores.
 """
 
 import math
@@ -30,10 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import ops  # noqa: F401 - defines torch.ops.sd.attention for torch.jit.script
+
 # attention_mode values (TorchScript cannot read module globals, so forward() uses the literals).
 ATTN_ALL_HEADS = 0
 ATTN_PER_HEAD = 1
 ATTN_CHUNKED = 2
+ATTN_FUSED = 3
 DEFAULT_ATTENTION_MODE = ATTN_PER_HEAD
 DEFAULT_ATTENTION_CHUNK = 256
 
@@ -252,7 +257,10 @@ class Conv2d(nn.Conv2d):
     """A Conv2d that can also run in slices of output channels: `conv_split`
     (bytes, set from C++ like the attention attributes; 0 = whole) caps the
     weight bytes of one call, since oneDNN copies a conv's whole weight into
-    its own layout on every call and the largest SD 1.x weight is 118 MB."""
+    its own layout on every call and the largest SD 1.x weight is 118 MB.
+    The C++ program may instead replace the weight, once at load, by oneDNN's
+    own layout (an mkldnn tensor, src/engine/stage_loader.cpp "prepack"): the
+    layer then convolves with it directly and nothing is copied per call."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
@@ -260,6 +268,9 @@ class Conv2d(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
+        if w.is_mkldnn:  # prepacked (fp32 on the CPU only)
+            return torch.mkldnn_convolution(x.to_mkldnn(), w, self.bias, self.padding, self.stride, self.dilation,
+                                            self.groups).to_dense()
         out_ch = w.shape[0]
         per_call = out_ch
         if self.conv_split > 0:
@@ -404,6 +415,8 @@ class CrossAttention(nn.Module):
         m = k.shape[1]
         h = self.heads
         d = self.dim_head
+        if self.attention_mode == 3:  # fused operator
+            return self.to_out(torch.ops.sd.attention(q, k, v, h, self.scale))
         if self.attention_mode == 0:  # all heads at once
             q = q.reshape(b, n, h, d).permute(0, 2, 1, 3).reshape(b * h, n, d)
             k = k.reshape(b, m, h, d).permute(0, 2, 1, 3).reshape(b * h, m, d)
@@ -658,6 +671,9 @@ class AttnBlock(nn.Module):
         k = k.reshape(b, c, n)                   # b, c, n
         v = v.reshape(b, c, n)
         scale = int(c) ** (-0.5)
+        if self.attention_mode == 3:  # fused operator: tokens x channels, one head
+            h_ = torch.ops.sd.attention(q, k.permute(0, 2, 1), v.permute(0, 2, 1), 1, scale)
+            return x + self.proj_out(h_.permute(0, 2, 1).reshape(b, c, hh, ww))
         k32 = k.float()  # scores and softmax in fp32 under half compute (CrossAttention._attend)
         # One head only, so modes 0 and 1 are the same computation.
         chunk = n

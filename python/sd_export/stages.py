@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 
+from . import ops  # noqa: F401 - sd::attention, which the stages' code calls, must exist before torch.jit.load
 from .configs import alphas_cumprod
 from .report import ExportError, one_line, say
 from .safetensors_io import read_tensors, write_safetensors
@@ -114,6 +115,8 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
         "bos_id": text_cfg["bos_id"], "eos_id": text_cfg["eos_id"], "pad_id": text_cfg["pad_id"],
         "tokenizer": "open_clip" if family == "sd2" else "clip",
         "text_layers_used": text_cfg["layers"],
+        # The modules call sd::attention for attention_mode 3 (sd_export/ops.py).
+        "fused_attention": True,
         "num_timesteps": schedule["timesteps"],
         "linear_start": schedule["linear_start"], "linear_end": schedule["linear_end"],
         # Python floats holding exact float32 values: repr round-trips through double to the same float32.

@@ -1,5 +1,10 @@
 // The entry points of libsd_engine.so, which engine.cpp looks up by name.
+#include "engine/fused_attention.h"
 #include "sd/engine.h"
+
+// Loading this library registers sd::attention, so that Python can run the
+// exported modules with the C++ kernel (torch.ops.load_library; bench/bench_speed.py).
+[[maybe_unused]] static const bool kOperatorsRegistered = (sd::register_operators(), true);
 
 extern "C" {
 

@@ -256,6 +256,8 @@ struct TorchPipeline::Impl {
             const bool vae_stage = path == config.vae_decoder_path && !vae_override.empty();
             slot = load_stage(path, weight_type(path), device, vae_stage ? &vae_override : nullptr,
                               lora_edit(path));
+            if (options.prepack && device.is_cpu() && compute_type == at::kFloat && weight_type(path) == at::kFloat)
+                prepack_convolutions(*slot);
             *seconds += seconds_since_process_start() - start;
         }
         return *slot;

@@ -11,11 +11,13 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
 #include "sd/error.h"
+#include "engine/fused_attention.h"
 #include "io/code_check.h"
 #include "io/fs_util.h"
 #include "io/weight_file.h"
@@ -214,6 +216,7 @@ void check_stage_files(const std::string& path) { checked_weight_index(path); }
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device,
                               const std::map<std::string, at::Tensor>* replace, const StageEdit& edit) {
     const auto index = checked_weight_index(path);
+    register_operators();  // the modules' code names sd::attention
     try {
         auto m = torch::jit::load(path, torch::kCPU);
         m.eval();
@@ -252,6 +255,46 @@ void set_attention(torch::jit::Module& m, const AttentionSetting& a) {
             sub.setattr("attention_chunk", static_cast<int64_t>(a.chunk));
         }
     }
+}
+
+namespace {
+
+std::vector<int64_t> int_list(const c10::IValue& v) {
+    std::vector<int64_t> out;
+    if (v.isTuple())
+        for (const auto& e : v.toTupleRef().elements()) out.push_back(e.toInt());
+    else if (v.isIntList())
+        out = v.toIntVector();
+    return out;
+}
+
+}  // namespace
+
+int prepack_convolutions(torch::jit::Module& m) {
+    int packed = 0;
+    for (auto sub : m.modules()) {
+        // conv_split marks this tool's Conv2d, whose forward takes a packed weight.
+        if (!sub.hasattr("conv_split") || !sub.hasattr("weight")) continue;
+        const auto type = sub.type();
+        if (!type->hasConstant("padding") || !type->hasConstant("stride") || !type->hasConstant("dilation") ||
+            !type->hasConstant("groups"))
+            continue;
+        const at::Tensor w = sub.attr("weight").toTensor();
+        // 1x1 convolutions ran slower packed (their activations' reorder costs
+        // more than the weight's); 4-channel ones (conv_in, conv_out) would be padded.
+        if (w.dim() != 4 || w.is_mkldnn() || !w.device().is_cpu() || w.scalar_type() != at::kFloat ||
+            w.size(2) * w.size(3) == 1 || w.size(0) % 16 != 0 || w.size(1) % 16 != 0)
+            continue;
+        const auto padding = int_list(type->getConstant("padding"));
+        const auto stride = int_list(type->getConstant("stride"));
+        const auto dilation = int_list(type->getConstant("dilation"));
+        const int64_t groups = type->getConstant("groups").toInt();
+        if (padding.size() != 2 || stride.size() != 2 || dilation.size() != 2) continue;
+        at::Tensor p = at::mkldnn_reorder_conv2d_weight(w.to_mkldnn(), padding, stride, dilation, groups);
+        sub.register_parameter("weight", p, /*is_buffer=*/false);  // the dense tensor's last use: its pages go
+        ++packed;
+    }
+    return packed;
 }
 
 void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split) {

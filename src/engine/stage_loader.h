@@ -40,6 +40,13 @@ void set_attention(torch::jit::Module& m, const AttentionSetting& a);
 // weight bytes per call (conv_split, 0 = whole) on every layer that has them.
 void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split);
 
+// Replaces the weight of every 3x3 (or larger) convolution of m, where the
+// layer can take it (modules.py Conv2d), by oneDNN's blocked layout, once:
+// LibTorch 1.13 otherwise reorders each weight on every call. Only for fp32
+// weights on the CPU; the file pages of each dense weight are handed back as
+// it is replaced, so memory does not grow. Returns the count replaced.
+int prepack_convolutions(torch::jit::Module& m);
+
 // The first line of a LibTorch error, without its C++ backtrace.
 std::string short_message(const c10::Error& e);
 

@@ -148,6 +148,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         c.eos_id = checked_int(j, "eos_id", c.eos_id, 0, 1 << 24, path);
         c.pad_id = checked_int(j, "pad_id", c.pad_id, 0, 1 << 24, path);
         c.text_layers_used = checked_int(j, "text_layers_used", 0, 0, 1000, path);
+        if (j.contains("fused_attention")) {
+            if (!j["fused_attention"].is_boolean()) throw Error(path + ": \"fused_attention\" must be true or false");
+            c.fused_attention = j["fused_attention"].get<bool>();
+        }
         if (!j.contains("alphas_cumprod") || !j["alphas_cumprod"].is_array())
             throw Error(path + ": \"alphas_cumprod\" (the noise schedule) is missing");
         const auto& ac = j["alphas_cumprod"];

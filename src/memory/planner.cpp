@@ -55,6 +55,8 @@ AttentionSetting parse_attention(const std::string& text) {
     AttentionSetting a;
     if (text == "full") {
         a.mode = AttentionMode::Full;
+    } else if (text == "fused") {
+        a.mode = AttentionMode::Fused;
     } else if (text == "per-head") {
         a.mode = AttentionMode::PerHead;
     } else if (text == "chunked" || text.rfind("chunked:", 0) == 0) {
@@ -66,7 +68,7 @@ AttentionSetting parse_attention(const std::string& text) {
             a.chunk = std::stoi(n);
         }
     } else {
-        throw Error("unknown attention strategy '" + text + "' (choose full, per-head, chunked or chunked:N)");
+        throw Error("unknown attention strategy '" + text + "' (choose fused, full, per-head, chunked or chunked:N)");
     }
     return a;
 }
@@ -155,6 +157,7 @@ MemoryModel memory_model(const ModelConfig& c) {
     m.half_file = c.dtype == "float16";
     m.latent_channels = c.latent_channels;
     m.downsample = c.downsample_factor;
+    m.fused_attention = c.fused_attention;
     if (c.architecture_json.empty()) return m;  // older export: SD 1.x defaults
     try {
         auto a = nlohmann::json::parse(c.architecture_json);
@@ -182,6 +185,7 @@ MemoryModel memory_model(const ModelConfig& c) {
         const int heads = u.value("num_heads", 8), head_ch = u.value("num_head_channels", -1);
         const int attn_ch = m.model_channels * mult[static_cast<size_t>(std::max(0, m.attn_level))];
         m.attn_heads = head_ch > 0 ? attn_ch / head_ch : heads;
+        m.attn_channels = attn_ch;
         const auto& v = a.at("vae");
         m.vae_ch = v.at("ch").get<int>();
         m.vae_mid_channels = m.vae_ch * v.at("ch_mult").get<std::vector<int>>().back();
@@ -202,6 +206,13 @@ MemoryModel memory_model(const ModelConfig& c) {
 
 // Attention score bytes of one pass: rows x (queries at once) x keys, twice
 // (the scores and their softmax live together).
+// Fused attention holds no scores beyond a 64 x 256 tile per thread; what it
+// adds is its padded copy of k and v (and in the VAE, whose q, k, v are
+// channel-first views, a token-major copy of each and the output).
+static double fused_bytes(double rows, double n, double channels, double copies) {
+    return copies * rows * n * channels * 4.0;
+}
+
 static double score_bytes(double rows, double n, AttentionMode mode, int chunk, int heads) {
     double queries = mode == AttentionMode::Full      ? heads * n
                      : mode == AttentionMode::PerHead ? n
@@ -210,6 +221,7 @@ static double score_bytes(double rows, double n, AttentionMode mode, int chunk, 
 }
 
 std::string MemoryPlan::attention_name() const {
+    if (attention_mode == AttentionMode::Fused) return "fused";
     if (attention_mode == AttentionMode::Full) return "full";
     if (attention_mode == AttentionMode::PerHead) return "per-head";
     return "chunked:" + std::to_string(attention_chunk);
@@ -287,7 +299,9 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
                          rows * hw * 4.0 * (m.unet_skip_floats + kUnetTransientPerChannel * m.model_channels);
     if (m.attn_level >= 0) {
         const double n = hw / std::pow(4.0, m.attn_level);
-        p.unet.scores = score_bytes(rows, n, p.attention_mode, p.attention_chunk, m.attn_heads);
+        p.unet.scores = p.attention_mode == AttentionMode::Fused
+                            ? fused_bytes(rows, n, m.attn_channels, 2.0)
+                            : score_bytes(rows, n, p.attention_mode, p.attention_chunk, m.attn_heads);
     }
     p.unet.beside_scores = p.unet.activations;
     p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;
@@ -303,7 +317,9 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
     const double pixels = th * tw * m.downsample * m.downsample;
     p.vae.activations = pixels * 4.0 * kVaeFloatsPerChannel * m.vae_ch;
-    p.vae.scores = score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
+    p.vae.scores = p.attention_mode == AttentionMode::Fused
+                       ? fused_bytes(1, th * tw, m.vae_mid_channels, 6.0)
+                       : score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
     p.vae.beside_scores = kVaeMidTensors * m.vae_mid_channels * th * tw * 4.0;
     p.vae.working_set = kVaeWorkingSet * p.vae.activations;
     p.vae.share_at_peak = kVaeShareAtPeak * p.vae.activations;
@@ -350,9 +366,14 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
                                     : r.vae_tile         ? std::vector<int>{*r.vae_tile}
                                                          : std::vector<int>{0, 64, 32, 16};
     std::vector<AttentionSetting> attn_options;
+    if (r.attention && r.attention->mode == AttentionMode::Fused && !m.fused_attention)
+        throw Error("--attention fused: this model folder was exported before the fused attention operator; "
+                    "export the checkpoint again with this build's scripts/export_model.py");
     if (r.attention) attn_options = {*r.attention};
     else attn_options = {{AttentionMode::Chunked, 256}, {AttentionMode::Chunked, 128}, {AttentionMode::Chunked, 64},
                          {AttentionMode::Chunked, 32}, {AttentionMode::Chunked, 16}};
+    // Fused first where the modules have it: the fastest, and as small as chunked:320.
+    if (!r.attention && m.fused_attention) attn_options.insert(attn_options.begin(), {AttentionMode::Fused, 0});
 
     // What to give up first as the budget shrinks: resident stages (a reload
     // costs seconds per batch), then the size of UNet passes (results do not

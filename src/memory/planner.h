@@ -36,6 +36,8 @@ struct MemoryModel {
     double unet_largest_conv_bytes = 0;
     int attn_level = 0;            // finest UNet level with attention (-1: none)
     int attn_heads = 8;
+    int attn_channels = 320;       // q/k/v width at that level
+    bool fused_attention = false;  // the modules have the fused operator (model.json)
     int vae_ch = 128;
     int vae_mid_channels = 512;
     int text_ctx = 77, text_width = 768, text_heads = 12;

@@ -22,11 +22,10 @@ std::string own_path() {
 
 }  // namespace
 
-void use_passive_openmp(char** argv) {
-    if (std::getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    const std::string self = own_path();
-    if (!self.empty()) execv(self.c_str(), argv);  // returns only if it failed: run on as we are
+void use_passive_openmp() {
+    // libgomp reads the variable once, when it loads: with the engine module
+    // (LibTorch), which load_pipeline opens later, so setting it here is enough.
+    if (!std::getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 }
 
 std::unique_ptr<Pipeline> load_pipeline(const PipelineOptions& options) {

@@ -280,7 +280,7 @@ TEST(Batch, StreamedPromptsAreServedOneLineAtATime) {
     send("a red fox\n");
     const bool first = wait_lines(1);
     EXPECT_TRUE(first) << "no record for the first line while the stream stays open";
-    // The process is named after its executable (not "exe"), also after its OpenMP re-exec.
+    // The process is named after its executable (pgrep -x finds it).
     if (first) {
         auto pg = sdtest::run({"/usr/bin/pgrep", "-x", "sd-txt2img"});
         EXPECT_NE(("\n" + pg.out).find("\n" + std::to_string(pid) + "\n"), std::string::npos) << "pgrep printed:\n" << pg.out;

@@ -652,3 +652,26 @@ TEST(SdxlCliErrors, SizeConditioningOnAnSd1ModelIsOneLine) {
     EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
     EXPECT_NE(r.err.find("SDXL"), std::string::npos) << r.err;
 }
+
+// libgomp reads OMP_WAIT_POLICY when the engine module loads it: the tool's
+// passive default reaches it without a restart, and a user's value is kept.
+TEST(Threads, OpenMpWaitsPassivelyUnlessTheUserSaysOtherwise) {
+    const std::string dir = sdtest::temp_dir();
+    auto policy = [&](const std::vector<std::string>& env) {
+        std::vector<std::string> argv = {"/usr/bin/env", "-u", "OMP_WAIT_POLICY", "OMP_DISPLAY_ENV=true"};
+        argv.insert(argv.end(), env.begin(), env.end());
+        for (const std::string a : {sdtest::cli(), std::string("--model"), good_model(), std::string("--prompt"),
+                                    std::string("a"), std::string("--steps"), std::string("1"), std::string("--H"),
+                                    std::string("64"), std::string("--W"), std::string("64"), std::string("--quiet"),
+                                    std::string("--outdir"), dir})
+            argv.push_back(a);
+        const auto r = sdtest::run(argv);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        for (const auto& line : sdtest::lines(r.err))
+            if (line.find("OMP_WAIT_POLICY = ") != std::string::npos) return line;
+        return std::string("(libgomp printed no OMP_WAIT_POLICY)");
+    };
+    EXPECT_NE(policy({}).find("'PASSIVE'"), std::string::npos) << policy({});
+    const auto active = policy({"OMP_WAIT_POLICY=ACTIVE"});
+    EXPECT_NE(active.find("'ACTIVE'"), std::string::npos) << active;
+}

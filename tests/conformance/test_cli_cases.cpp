@@ -20,11 +20,30 @@ void check_case(const std::string& name, const std::string& model, const std::ve
 
 }  // namespace
 
-// Each reference case, through the CLI, for both exports and both attention strategies.
+// Each reference case, through the CLI, for both exports: with the defaults
+// ("auto": fused attention, convolutions prepacked) and one head at a time.
 // One thread: ctest runs two tests at a time on this two-core machine.
 TEST_P(Conformance, MatchesReferenceRun) {
     const auto& [name, model, attention] = GetParam();
     check_case(name, model, {"--attention", attention, "--threads", "1"});
+}
+
+// One head at a time is the same arithmetic as all heads at once: the CLI's
+// latents are equal to the bit.
+TEST(ConformanceAttention, PerHeadIsBitIdenticalToFull) {
+    const std::string dir = sdtest::temp_dir();
+    std::vector<std::string> latents;
+    for (const std::string attention : {"per-head", "full"}) {
+        latents.push_back(dir + "/" + attention + ".npy");
+        const auto r = sdtest::run({sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--prompt",
+                                    "a red circle", "--steps", "4", "--H", "64", "--W", "96", "--seed", "3", "--threads",
+                                    "1", "--quiet", "--attention", attention, "--outdir", dir + "/" + attention,
+                                    "--save-latents", latents.back()});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    const auto a = sdtest::read_text(latents[0]);
+    EXPECT_GT(a.size(), 4u * 8 * 12 * 4);
+    EXPECT_EQ(a, sdtest::read_text(latents[1]));
 }
 
 // Two threads change the summation order; the fixtures' tolerance covers it.
@@ -35,7 +54,7 @@ TEST(ConformanceThreads, TwoThreadsAndChunkedAttention) {
 INSTANTIATE_TEST_SUITE_P(
     TinyCases, Conformance,
     ::testing::Combine(::testing::Values("p1_plms50_64x64", "p2_plms10_64x96", "p3_ddim10_64x64", "p4_plms10_batch2_64x64"),
-                       ::testing::Values("tiny-st", "tiny-ckpt"), ::testing::Values("per-head", "full")),
+                       ::testing::Values("tiny-st", "tiny-ckpt"), ::testing::Values("auto", "per-head")),
     [](const auto& info) {
         std::string s = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
         for (auto& ch : s)

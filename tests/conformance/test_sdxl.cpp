@@ -151,7 +151,7 @@ TEST(SdxlConditioning, LongAndWeightedPromptsUseBothEncoders) {
 TEST(SdxlStages, OneUnetCallEveryAttentionMode) {
     c10::InferenceMode guard;
     auto unet = sd::load_stage(model() + "/unet.pt");
-    for (const std::string attention : {"full", "per-head", "chunked:7"}) {
+    for (const std::string attention : {"fused", "full", "per-head", "chunked:7"}) {
         sd::set_attention(unet, sd::parse_attention(attention));
         for (const auto& c : kCases) {
             auto xs = load(c, "unet_x.npy"), ts = load(c, "unet_t.npy"), outs = load(c, "unet_out.npy");

@@ -28,7 +28,7 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 
 torch::jit::Module stage(const std::string& name) { return sd::load_stage(sdtest::test_models() + "/tiny-st/" + name); }
 
-const std::vector<std::string> kAttention = {"full", "per-head", "chunked:16", "chunked:5"};
+const std::vector<std::string> kAttention = {"fused", "full", "per-head", "chunked:16", "chunked:5"};
 
 }  // namespace
 
@@ -84,6 +84,26 @@ TEST(Stages, VaeDecoderMatchesDecodedInEveryAttentionMode) {
             EXPECT_LE(diff.max().item<int>(), 1) << c;
             EXPECT_LE(diff.gt(0).sum().item<int64_t>(), diff.numel() / 1000) << c;
         }
+    }
+}
+
+// Convolution weights in oneDNN's layout (the CLI's default on a CPU in fp32)
+// with the fused attention: the same tolerances as the dense stages.
+TEST(Stages, PrepackedConvolutionsMatchTheReference) {
+    c10::InferenceMode guard;
+    auto unet = stage("unet.pt"), vae = stage("vae_decoder.pt");
+    EXPECT_GT(sd::prepack_convolutions(unet), 10);
+    EXPECT_GT(sd::prepack_convolutions(vae), 10);
+    EXPECT_EQ(sd::prepack_convolutions(unet), 0) << "a second call finds nothing left to pack";
+    sd::set_attention(unet, sd::parse_attention("fused"));
+    sd::set_attention(vae, sd::parse_attention("fused"));
+    for (const auto& c : kCases) {
+        auto xs = load(c, "unet_x.npy"), ts = load(c, "unet_t.npy"), outs = load(c, "unet_out.npy");
+        auto ctx = load(c, "unet_context.npy");
+        for (int64_t k : {int64_t(0), xs.size(0) - 1})
+            EXPECT_LE(max_abs_diff(unet.forward({xs[k], ts[k], ctx}).toTensor(), outs[k]), 2e-4) << c << " call " << k;
+        auto decoded = vae.forward({load(c, "latents.npy") * (1.0 / 0.18215)}).toTensor();
+        EXPECT_LE(max_abs_diff(decoded, load(c, "decoded.npy")), 1e-3) << c;
     }
 }
 

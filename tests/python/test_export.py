@@ -125,7 +125,7 @@ class ExportTinyTest(unittest.TestCase):
                     for k in sorted({0, len(xs) // 2, len(xs) - 1}):
                         x, t = torch.from_numpy(xs[k]), torch.from_numpy(ts[k])
                         results = {}
-                        for mode, chunk in ((0, 256), (1, 256), (2, 16), (2, 24)):
+                        for mode, chunk in ((0, 256), (1, 256), (2, 16), (2, 24), (3, 256)):
                             set_attention(self.unet, mode, chunk)
                             results[(mode, chunk)] = out = self.unet(x, t, context)
                             diff = max_abs(out, outs[k])
@@ -146,7 +146,7 @@ class ExportTinyTest(unittest.TestCase):
                 for case in self.cases:
                     z = torch.from_numpy(self.case(case, "latents.npy")) / 0.18215
                     ref = self.case(case, "decoded.npy")
-                    for mode, chunk in ((0, 256), (1, 256), (2, 16), (2, 24)):
+                    for mode, chunk in ((0, 256), (1, 256), (2, 16), (2, 24), (3, 256)):
                         set_attention(self.vae, mode, chunk)
                         diff = max_abs(self.vae(z), ref)
                         worst[(mode, chunk)] = max(worst.get((mode, chunk), 0.0), diff)

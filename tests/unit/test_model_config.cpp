@@ -34,6 +34,15 @@ TEST(ModelConfig, MinimalFileParsesWithDefaults) {
     ASSERT_EQ(c.alphas_cumprod.size(), 2u);
 }
 
+TEST(ModelConfig, FusedAttentionFlagIsABoolean) {
+    EXPECT_FALSE(sd::parse_model_config(minimal().dump(), "m").fused_attention) << "older exports lack the key";
+    auto j = minimal();
+    j["fused_attention"] = true;
+    EXPECT_TRUE(sd::parse_model_config(j.dump(), "m").fused_attention);
+    j["fused_attention"] = "yes";
+    EXPECT_NE(error_of(j.dump()).find("fused_attention"), std::string::npos);
+}
+
 // Nesting past 64 levels is refused while parsing: printing or walking such a
 // value (the "got ..." of an error, the architecture check) recursed once per
 // level, and 100000 levels overflowed the stack.

@@ -187,6 +187,33 @@ TEST(Planner, RefusalNamesABudgetThatWorks) {
     }
 }
 
+TEST(Planner, FusedAttentionFirstWhereTheModulesHaveIt) {
+    auto m = sd15();
+    m.fused_attention = true;
+    const auto p = sd::plan_memory(m, request(512, 1, 16 * GiB), 170 * MiB);
+    EXPECT_EQ(p.attention_name(), "fused");
+    // It holds a padded copy of k and v (as much as 320-row chunks of scores), not n x n scores.
+    sd::MemoryPlan per_head;
+    per_head.attention_mode = sd::AttentionMode::PerHead;
+    const auto r = request(512, 1, 64 * GiB);
+    EXPECT_NEAR(sd::predict(m, r, 0, p).unet.scores, 2.0 * 2 * 4096 * 320 * 4, 1.0);
+    EXPECT_LT(sd::predict(m, r, 0, p).unet.scores * 10, sd::predict(m, r, 0, per_head).unet.scores);
+    EXPECT_EQ(sd::parse_attention("fused").mode, sd::AttentionMode::Fused);
+}
+
+TEST(Planner, FusedAttentionOnAnOlderExportIsRefused) {
+    auto r = request(512, 1, 16 * GiB);
+    r.attention = sd::parse_attention("fused");
+    try {
+        sd::plan_memory(sd15(), r, 170 * MiB);
+        FAIL() << "the folder's modules do not call sd::attention";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("export"), std::string::npos) << e.what();
+    }
+    r.attention.reset();
+    EXPECT_EQ(sd::plan_memory(sd15(), r, 170 * MiB).attention_name(), "chunked:256");
+}
+
 TEST(Planner, AllHeadsAtOnceCostsHeadsTimesPerHead) {
     const auto m = sd15();
     sd::MemoryPlan full, per_head;

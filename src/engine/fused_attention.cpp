@@ -1,0 +1,83 @@
+#include "engine/fused_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "kernels/attention_kernel.h"
+#include "sd/error.h"
+
+namespace sd {
+
+at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads,
+                               double scale) {
+    // One head and at most kRows queries at a time, scores in fp32: the memory
+    // the planner counts for "fused" holds here too (half precision, CUDA).
+    constexpr int64_t kRows = 256;
+    const int64_t d = q.size(2) / heads, n = q.size(1);
+    auto out = at::empty(q.sizes(), q.options());
+    for (int64_t h = 0; h < heads; ++h) {
+        const auto kh = k.narrow(2, h * d, d).to(at::kFloat).transpose(1, 2);
+        const auto vh = v.narrow(2, h * d, d);
+        for (int64_t r = 0; r < n; r += kRows) {
+            const int64_t rows = std::min(kRows, n - r);
+            const auto qh = q.narrow(1, r, rows).narrow(2, h * d, d).to(at::kFloat);
+            const auto w = (at::bmm(qh, kh) * scale).softmax(-1).to(v.scalar_type());
+            out.narrow(1, r, rows).narrow(2, h * d, d).copy_(at::bmm(w, vh));
+        }
+    }
+    return out;
+}
+
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads,
+                           double scale) {
+    TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "sd::attention: q, k, v must be [batch, tokens, width]");
+    TORCH_CHECK(heads > 0 && q.size(2) % heads == 0 && k.size(2) == q.size(2) && v.size(2) == q.size(2),
+                "sd::attention: widths must be equal and divisible by the head count");
+    TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == v.size(1),
+                "sd::attention: batch and key counts must agree");
+    const bool kernel = q.device().is_cpu() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                        v.scalar_type() == at::kFloat;
+    if (!kernel || q.size(1) == 0 || k.size(1) == 0) return reference_attention(q, k, v, heads, scale);
+    // Rows may be strided (views of the projections); each row must be dense.
+    const auto qc = q.stride(2) == 1 ? q : q.contiguous();
+    const auto kc = k.stride(2) == 1 ? k : k.contiguous();
+    const auto vc = v.stride(2) == 1 ? v : v.contiguous();
+    auto out = at::empty(q.sizes(), q.options());
+    kernels::AttentionProblem p;
+    p.batch = q.size(0);
+    p.heads = heads;
+    p.n = q.size(1);
+    p.m = k.size(1);
+    p.d = q.size(2) / heads;
+    p.q = qc.data_ptr<float>();
+    p.k = kc.data_ptr<float>();
+    p.v = vc.data_ptr<float>();
+    p.out = out.data_ptr<float>();
+    p.q_batch = qc.stride(0), p.q_row = qc.stride(1);
+    p.k_batch = kc.stride(0), p.k_row = kc.stride(1);
+    p.v_batch = vc.stride(0), p.v_row = vc.stride(1);
+    p.o_batch = out.stride(0), p.o_row = out.stride(1);
+    p.scale = static_cast<float>(scale);
+    auto packed = at::empty({kernels::packed_floats(p)}, q.options());
+    p.packed = packed.data_ptr<float>();
+    const auto& kern = kernels::attention_kernel();
+    at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t b, int64_t e) { kern.pack(p, b, e); });
+    at::parallel_for(0, kernels::attention_tasks(p), 1, [&](int64_t b, int64_t e) { kern.attend(p, b, e); });
+    return out;
+}
+
+void register_operators() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        // Held for the life of the process: the modules keep calling the op.
+        static auto* lib = new torch::Library(torch::Library::DEF, "sd", c10::nullopt, __FILE__, __LINE__);
+        lib->def("attention(Tensor q, Tensor k, Tensor v, int heads, float scale) -> Tensor", &fused_attention);
+    });
+}
+
+}  // namespace sd

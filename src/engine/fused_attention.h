@@ -1,0 +1,23 @@
+// The sd::attention operator that exported modules call for the fused
+// attention strategy (attention_mode 3, docs/model-format.md).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace sd {
+
+// softmax(q kᵀ · scale) v for each of `heads` heads: q [B, n, heads * d],
+// k and v [B, m, heads * d] -> [B, n, heads * d]. fp32 CPU tensors take the
+// fused kernel (src/kernels/attention_kernel.h); any other dtype or device the
+// per-head reference, in fp32 scores as the modules' own paths.
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads, double scale);
+
+// The same with the per-head reference computation, for tests and fallbacks.
+at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads,
+                               double scale);
+
+// Registers sd::attention with the dispatcher; safe to call more than once.
+// The engine calls it before loading a stage (a static registrar in a static
+// library would be dropped by the linker).
+void register_operators();
+
+}  // namespace sd

@@ -1,0 +1,202 @@
+// One instruction-set build of the fused attention kernel (attention_kernel.h).
+// CMake compiles this file several times with SD_ISA set to the namespace and
+// SD_VEC to the vector width in floats, and with the matching -m flags; GCC's
+// vector extensions then map each `Vec` operation onto that width.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention_kernel.h"
+#include "kernels/attention_tiles.h"
+
+namespace sd::kernels::SD_ISA {
+
+namespace {
+
+constexpr int W = SD_VEC;
+typedef float Vec __attribute__((vector_size(W * 4)));
+typedef int32_t IVec __attribute__((vector_size(W * 4)));
+// The same vector at any float address, for loads and stores.
+typedef float UnalignedVec __attribute__((vector_size(W * 4), aligned(4), may_alias));
+
+inline Vec load(const float* p) { return *reinterpret_cast<const UnalignedVec*>(p); }
+inline void store(float* p, Vec v) { *reinterpret_cast<UnalignedVec*>(p) = v; }
+// x - 0 is x for every x (-0 too), so this compiles to one broadcast, where
+// `Vec{} + x` keeps a scalar add for the sign of zero.
+inline Vec splat(float x) { return x - Vec{}; }
+inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
+
+// e^x for x <= 0 (scores minus their running maximum). x = n ln2 + r with
+// |r| <= ln2/2, a degree-7 Taylor polynomial for e^r (relative error below
+// 2e-7), and 2^n built in the exponent bits. Below -87 the result is clamped
+// to about 1e-38, which adds nothing visible to a row sum that holds a 1.
+inline Vec exp_nonpositive(Vec x) {
+    x = vmax(x, splat(-87.0f));
+    const Vec t = x * 1.44269504088896341f - 0.5f;    // x log2(e), rounded below
+    IVec n = __builtin_convertvector(t, IVec);  // truncates toward zero
+    n += __builtin_convertvector(n, Vec) > t;   // true is -1: floor for negative t
+    n += 1;                                     // floor(t) + 1 = round(x log2 e)
+    const Vec nf = __builtin_convertvector(n, Vec);
+    const Vec r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;
+    Vec p = splat(1.0f / 5040);
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const IVec bits = (n + 127) << 23;
+    return p * reinterpret_cast<const Vec&>(bits);
+}
+
+inline float hmax(Vec v) {
+    float m = v[0];
+    for (int i = 1; i < W; ++i) m = std::max(m, v[i]);
+    return m;
+}
+inline float hsum(Vec v) {
+    float s = 0;
+    for (int i = 0; i < W; ++i) s += v[i];
+    return s;
+}
+
+// S[r][j] = scale * sum_c Q[r][c] KT[c][j] for R rows and 2W keys, all in
+// registers across the reduction over the head width. KT is a panel of
+// kKeyAlign keys (attention_tiles.h), so the loads run through memory in order.
+template <int R>
+inline void score_block(const float* q, int64_t d, const float* kt, float scale, float* s, int64_t s_row) {
+    Vec acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = Vec{};
+    for (int64_t c = 0; c < d; ++c) {
+        const Vec k0 = load(kt + c * kKeyAlign);
+        const Vec k1 = load(kt + c * kKeyAlign + W);
+        for (int r = 0; r < R; ++r) {
+            const Vec qv = splat(q[r * d + c]);
+            acc[r][0] += qv * k0;
+            acc[r][1] += qv * k1;
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        store(s + r * s_row, acc[r][0] * scale);
+        store(s + r * s_row + W, acc[r][1] * scale);
+    }
+}
+
+// O[r][0..NV*W) += sum_j P[r][j] V[j][0..NV*W) for R rows over `keys` keys.
+template <int R, int NV>
+inline void value_block(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t keys, float* o) {
+    Vec acc[R][NV];
+    for (int r = 0; r < R; ++r)
+        for (int i = 0; i < NV; ++i) acc[r][i] = load(o + r * dp + i * W);
+    for (int64_t j = 0; j < keys; ++j) {
+        Vec vv[NV];
+        for (int i = 0; i < NV; ++i) vv[i] = load(v + j * dp + i * W);
+        for (int r = 0; r < R; ++r) {
+            const Vec pr = splat(p[r * p_row + j]);
+            for (int i = 0; i < NV; ++i) acc[r][i] += pr * vv[i];
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int i = 0; i < NV; ++i) store(o + r * dp + i * W, acc[r][i]);
+}
+
+// Rows per register block: 4 with 32 vector registers, 2 with 16.
+constexpr int kRows = W >= 16 ? 4 : 2;
+constexpr int kValueVecs = 4;
+
+template <int R>
+void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t keys, float* o) {
+    const int64_t vecs = dp / W;
+    int64_t i = 0;
+    for (; i + kValueVecs <= vecs; i += kValueVecs) value_block<R, kValueVecs>(p, p_row, v + i * W, dp, keys, o + i * W);
+    switch (vecs - i) {
+        case 3: value_block<R, 3>(p, p_row, v + i * W, dp, keys, o + i * W); break;
+        case 2: value_block<R, 2>(p, p_row, v + i * W, dp, keys, o + i * W); break;
+        case 1: value_block<R, 1>(p, p_row, v + i * W, dp, keys, o + i * W); break;
+        default: break;
+    }
+}
+
+}  // namespace
+
+void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
+    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d);
+    for (int64_t bh = begin; bh < end; ++bh) {
+        const int64_t b = bh / p.heads, h = bh % p.heads;
+        float* kt = p.packed + bh * (p.d * m_pad + m_pad * dp);
+        float* vp = kt + p.d * m_pad;
+        std::fill(kt, kt + p.d * m_pad + m_pad * dp, 0.0f);
+        for (int64_t j = 0; j < p.m; ++j) {
+            const float* kr = p.k + b * p.k_batch + j * p.k_row + h * p.d;
+            const float* vr = p.v + b * p.v_batch + j * p.v_row + h * p.d;
+            float* panel = kt + (j / kKeyAlign) * p.d * kKeyAlign + j % kKeyAlign;
+            for (int64_t c = 0; c < p.d; ++c) panel[c * kKeyAlign] = kr[c];
+            std::memcpy(vp + j * dp, vr, sizeof(float) * p.d);
+        }
+    }
+}
+
+void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
+    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d);
+    const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;
+    const int64_t key_tile = std::min(kKeyTile, m_pad);
+    std::vector<float> qt(kQueryTile * p.d), s(kQueryTile * key_tile), o(kQueryTile * dp);
+    std::vector<float> row_max(kQueryTile), row_sum(kQueryTile);
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int64_t task = begin; task < end; ++task) {
+        const int64_t bh = task / tiles, b = bh / p.heads, h = bh % p.heads;
+        const int64_t row0 = (task % tiles) * kQueryTile;
+        const int64_t rows = std::min(kQueryTile, p.n - row0);
+        const int64_t rows_pad = (rows + kRows - 1) / kRows * kRows;
+        const float* kt = p.packed + bh * (p.d * m_pad + m_pad * dp);
+        const float* vp = kt + p.d * m_pad;
+        std::fill(qt.begin(), qt.end(), 0.0f);
+        for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(&qt[r * p.d], p.q + b * p.q_batch + (row0 + r) * p.q_row + h * p.d, sizeof(float) * p.d);
+        std::fill(o.begin(), o.end(), 0.0f);
+        std::fill(row_max.begin(), row_max.end(), neg_inf);
+        std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+        for (int64_t j0 = 0; j0 < m_pad; j0 += key_tile) {
+            const int64_t keys = std::min(key_tile, m_pad - j0);   // a multiple of 2W
+            const int64_t valid = std::min(keys, p.m - j0);
+            for (int64_t r = 0; r < rows_pad; r += kRows)
+                for (int64_t j = 0; j < keys; j += 2 * W) {
+                    const int64_t key = j0 + j;
+                    const float* panel = kt + (key / kKeyAlign) * p.d * kKeyAlign + key % kKeyAlign;
+                    score_block<kRows>(&qt[r * p.d], p.d, panel, p.scale, &s[r * key_tile + j], key_tile);
+                }
+            for (int64_t r = 0; r < rows_pad; ++r) {
+                float* sr = &s[r * key_tile];
+                std::fill(sr + valid, sr + keys, neg_inf);  // padding keys take no weight
+                Vec mv = splat(neg_inf);
+                for (int64_t j = 0; j < keys; j += W) mv = vmax(mv, load(sr + j));
+                const float new_max = std::max(row_max[r], hmax(mv));
+                // Rescale what earlier key tiles gave this row to the new maximum.
+                const float alpha = row_max[r] == neg_inf ? 0.0f : std::exp(row_max[r] - new_max);
+                row_max[r] = new_max;
+                Vec sum = Vec{};
+                const Vec mx = splat(new_max);
+                for (int64_t j = 0; j < keys; j += W) {
+                    const Vec e = exp_nonpositive(load(sr + j) - mx);
+                    store(sr + j, e);
+                    sum += e;
+                }
+                row_sum[r] = row_sum[r] * alpha + hsum(sum);
+                if (alpha != 1.0f)
+                    for (int64_t c = 0; c < dp; ++c) o[r * dp + c] *= alpha;
+            }
+            for (int64_t r = 0; r < rows_pad; r += kRows)
+                values<kRows>(&s[r * key_tile], key_tile, vp + j0 * dp, dp, valid, &o[r * dp]);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            float* out = p.out + b * p.o_batch + (row0 + r) * p.o_row + h * p.d;
+            const float inv = 1.0f / row_sum[r];
+            for (int64_t c = 0; c < p.d; ++c) out[c] = o[r * dp + c] * inv;
+        }
+    }
+}
+
+}  // namespace sd::kernels::SD_ISA
