@@ -36,9 +36,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sd_export.stages import load_stage, weights_path
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load_engine_lib():
+    """The C++ operators (sd::attention's fused kernel) for the profile, so that
+    Python runs the exported modules as the CLI does. Loaded before sd_export,
+    which otherwise defines the operator with its plain reference."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--engine-lib", default=os.path.join(ROOT, "build", "libsd_engine.so"))
+    path = pre.parse_known_args()[0].engine_lib
+    if path != "none" and os.path.exists(path):
+        torch.ops.load_library(path)
+        return path
+    return None
+
+
+ENGINE_LIB = _load_engine_lib()
+
+from sd_export.stages import load_stage, weights_path  # noqa: E402 - after the engine's operators
 
 BEGIN_MARK = "<!-- bench_speed:begin -->"
 END_MARK = "<!-- bench_speed:end -->"
@@ -104,9 +120,10 @@ def conv_peak(channels, size, batch, repeats):
 
 # --------------------------------------------------------------------------- FLOP count
 
-def build_unet_meta(arch):
-    """sd_export.modules.UNetModel from model.json's architecture, with every
-    parameter on the meta device: no memory, no init, shapes only."""
+def build_unet_meta(arch, cls_name="UNetModel"):
+    """sd_export.modules.UNetModel (or another class) from model.json's
+    architecture, with every parameter on the meta device: no memory, no init,
+    shapes only."""
     from sd_export import modules as sd_modules
     import torch.nn.init as init
     names = ("kaiming_uniform_", "uniform_", "normal_", "ones_", "zeros_", "xavier_uniform_",
@@ -123,7 +140,7 @@ def build_unet_meta(arch):
         setattr(init, n, lambda t, *a, **k: t)
     torch.empty = meta_empty  # the layers' constructors call torch.empty for their weights
     try:
-        model = sd_modules.UNetModel(**arch)
+        model = getattr(sd_modules, cls_name)(**arch)
     finally:
         torch.empty = real_empty
         for n, f in saved.items():
@@ -177,6 +194,32 @@ def count_unet_flops(arch, h, w, rows, context_len, context_dim):
         model(x, t, c) if y is None else model(x, t, c, y)
     acc["total"] = sum(acc.values())
     return acc, n_params
+
+
+def count_vae_flops(arch, h, w):
+    """FLOP of one VAE decode of an h x w latent, counted as count_unet_flops
+    does: every Conv2d, and the mid block's one-head attention (two matmuls)."""
+    from sd_export import modules as sd_modules
+    model = build_unet_meta(arch, "VAEDecoder")
+    acc = {"conv3x3": 0, "conv1x1": 0, "attention bmm": 0}
+
+    def conv_hook(mod, inp, out):
+        kh, kw = mod.kernel_size
+        acc["conv3x3" if (kh, kw) != (1, 1) else "conv1x1"] += 2 * out.numel() * (mod.in_channels // mod.groups) * kh * kw
+
+    def attn_hook(mod, inp, out):
+        b, c, hh, ww = inp[0].shape
+        acc["attention bmm"] += 2 * 2 * b * (hh * ww) ** 2 * c
+
+    for mod in model.modules():
+        if isinstance(mod, nn.Conv2d):
+            mod.register_forward_hook(conv_hook)
+        elif isinstance(mod, sd_modules.AttnBlock):
+            mod.register_forward_hook(attn_hook)
+    with torch.no_grad():
+        model(torch.empty(1, arch.get("embed_dim", 4), h, w, device="meta"))
+    acc["total"] = sum(acc.values())
+    return acc
 
 
 # --------------------------------------------------------------------------- CLI runs
@@ -278,30 +321,47 @@ def read_files_time(paths):
 
 # --------------------------------------------------------------------------- profile
 
-def profile_unet(path, size, rows, warmup, attention, context_len, context_dim, latent_channels, factor,
-                 shapes=False):
-    unet = load_stage(path)
-    mode, chunk = {"full": (0, None), "per-head": (1, None)}.get(attention, (2, None))
+def set_attention(module, attention):
+    """attention: 'fused', 'full', 'per-head' or 'chunked[:N]', as the CLI's --attention."""
+    chunk = None
     if attention.startswith("chunked"):
-        chunk = int(attention.split(":", 1)[1]) if ":" in attention else 256
-    for _, mod in unet.named_modules():
+        mode, chunk = 2, int(attention.split(":", 1)[1]) if ":" in attention else 256
+    else:
+        mode = {"full": 0, "per-head": 1, "fused": 3}[attention]
+    for _, mod in module.named_modules():
         if hasattr(mod, "attention_mode"):
             mod.attention_mode = mode
             if chunk is not None:
                 mod.attention_chunk = chunk
-    h = w = size // factor
-    x = torch.randn(rows, latent_channels, h, w)
-    t = torch.full((rows,), 501, dtype=torch.long)
-    ctx = torch.randn(rows, context_len, context_dim)
+
+
+def prepack(module):
+    """What the CLI's prepack_convolutions does at load (src/engine/stage_loader.cpp):
+    3x3 convolutions' fp32 weights replaced by oneDNN's blocked layout."""
+    n = 0
+    for _, mod in module.named_modules():
+        if not hasattr(mod, "conv_split") or not hasattr(mod, "weight"):
+            continue
+        w = mod.weight
+        if (w.dim() != 4 or w.is_mkldnn or w.dtype != torch.float32 or w.shape[2] * w.shape[3] == 1
+                or w.shape[0] % 16 or w.shape[1] % 16):
+            continue
+        mod.weight = torch._C._nn.mkldnn_reorder_conv2d_weight(
+            w.to_mkldnn(), list(mod.padding), list(mod.stride), list(mod.dilation), mod.groups)
+        n += 1
+    return n
+
+
+def profile_forward(module, inputs, warmup, shapes=False):
     times = []
     with torch.inference_mode():
         for _ in range(warmup):  # TorchScript profiles and optimises the graph on its first calls
             t0 = time.perf_counter()
-            unet(x, t, ctx)
+            module(*inputs)
             times.append(time.perf_counter() - t0)
         with torch.autograd.profiler.profile(record_shapes=shapes) as prof:
             t0 = time.perf_counter()
-            unet(x, t, ctx)
+            module(*inputs)
             profiled = time.perf_counter() - t0
     events = prof.key_averages(group_by_input_shape=shapes)
     total_self = sum(e.self_cpu_time_total for e in events) or 1.0
@@ -309,6 +369,28 @@ def profile_unet(path, size, rows, warmup, attention, context_len, context_dim, 
     return {"warmup_s": times, "profiled_s": profiled, "total_self_s": total_self / 1e6,
             "top": [(e.key + (" " + str(e.input_shapes) if shapes else ""), e.count, e.self_cpu_time_total / 1e6,
                      e.self_cpu_time_total / total_self) for e in top]}
+
+
+def profile_unet(path, size, rows, warmup, attention, context_len, context_dim, latent_channels, factor,
+                 shapes=False, packed=False):
+    unet = load_stage(path)
+    set_attention(unet, attention)
+    n_packed = prepack(unet) if packed else 0
+    h = w = size // factor
+    inputs = (torch.randn(rows, latent_channels, h, w), torch.full((rows,), 501, dtype=torch.long),
+              torch.randn(rows, context_len, context_dim))
+    out = profile_forward(unet, inputs, warmup, shapes)
+    out["packed"] = n_packed
+    return out
+
+
+def profile_vae(path, size, warmup, attention, latent_channels, factor, shapes=False, packed=False):
+    vae = load_stage(path)
+    set_attention(vae, attention)
+    n_packed = prepack(vae) if packed else 0
+    out = profile_forward(vae, (torch.randn(1, latent_channels, size // factor, size // factor),), warmup, shapes)
+    out["packed"] = n_packed
+    return out
 
 
 # --------------------------------------------------------------------------- report
@@ -329,9 +411,16 @@ def machine_info():
     return {"cpu": name or "unknown CPU", "nproc": cpus, "mem_gib": mem, "torch": torch.__version__}
 
 
-def markdown(args, info, blas, peaks, flops, runs, profile, read_s, command):
+def marks(label):
+    if not label:
+        return BEGIN_MARK, END_MARK
+    return f"<!-- bench_speed:{label}:begin -->", f"<!-- bench_speed:{label}:end -->"
+
+
+def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s, command):
     peak = max(peaks["gemm"])
-    L = [BEGIN_MARK, "", "## Speed profile (issue 6)", ""]
+    begin, end = marks(args.label)
+    L = [begin, "", f"### Speed: {args.label}" if args.label else "## Speed profile (issue 6)", ""]
     load = ""
     if runs:
         load = (" Load average (1 min) before-after each CLI run: "
@@ -355,17 +444,31 @@ def markdown(args, info, blas, peaks, flops, runs, profile, read_s, command):
                  f"{peaks['conv']:.1f} GFLOP/s ({peaks['conv'] / peak:.2f} of the GEMM peak).")
     L.append("")
     if runs:
-        L.append("| size | UNet GFLOP/step | s/step | achieved GFLOP/s | of GEMM peak | lower bound s/step "
-                 "| s/step / bound | start to first step | read files (warm) | start / read | peak RSS |")
-        L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        L.append("| size | run | UNet GFLOP/step | s/step | achieved GFLOP/s | of GEMM peak | lower bound s/step "
+                 "| s/step / bound | VAE decode s | VAE bound s | decode / bound | start to first step "
+                 "| read files (warm) | peak RSS |")
+        L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in runs:
             gf = flops["per_step"][r["size"]] / 1e9
             achieved = gf / r["s_per_step"]
             bound = gf / peak
             sfs, how = start_to_first_step(r)
-            L.append(f"| {r['size']}² | {gf:.1f} | {r['s_per_step']:.2f} | {achieved:.1f} | {achieved / peak:.2f} "
-                     f"| {bound:.2f} | {r['s_per_step'] / bound:.2f} | {sfs:.1f} s{how} | {read_s:.1f} s "
-                     f"| {sfs / read_s:.2f} | {r['max_rss_gib']:.2f} GiB |")
+            vae_bound = flops["vae"][r["size"]]["total"] / 1e9 / peak
+            dec = r["timing"].get("last decode")
+            dec_s = f"{dec:.2f} | {vae_bound:.2f} | {dec / vae_bound:.2f}" if dec else f"- | {vae_bound:.2f} | -"
+            L.append(f"| {r['size']}² | {r['run']} | {gf:.1f} | {r['s_per_step']:.2f} | {achieved:.1f} "
+                     f"| {achieved / peak:.2f} | {bound:.2f} | {r['s_per_step'] / bound:.2f} | {dec_s} "
+                     f"| {sfs:.1f} s{how} | {read_s:.1f} s | {r['max_rss_gib']:.2f} GiB |")
+        L.append("")
+        for size in sorted({r["size"] for r in runs}):
+            rs = [r for r in runs if r["size"] == size]
+            gf = flops["per_step"][size] / 1e9
+            ratio = statistics.median(r["s_per_step"] for r in rs) / (gf / peak)
+            decs = [r["timing"]["last decode"] for r in rs if "last decode" in r["timing"]]
+            vae_gf = flops["vae"][size]["total"] / 1e9
+            L.append(f"{size}², median of {len(rs)} run(s): step / bound **{ratio:.2f}**"
+                     + (f", VAE decode / bound **{statistics.median(decs) / (vae_gf / peak):.2f}** "
+                        f"(VAE {vae_gf:.0f} GFLOP)" if decs else "") + ".")
         L.append("")
         L.append("Per step (s, as printed by the CLI): "
                  + "; ".join(f"{r['size']}²: " + ", ".join(f"{s['printed']:.2f}" for s in r["steps"]) for r in runs)
@@ -385,23 +488,30 @@ def markdown(args, info, blas, peaks, flops, runs, profile, read_s, command):
                  "LayerNorm, softmax, activations and element-wise ops ignored).")
         L.append("* lower bound: UNet GFLOP/step / GEMM peak, i.e. every FLOP at the measured GEMM rate; "
                  "s/step / bound = GEMM peak / achieved.")
+        L.append("* VAE decode: the CLI's `last decode` time; its bound: the decoder's GFLOP (Conv2d and the mid "
+                 "block's attention, counted the same way) / GEMM peak.")
         L.append("* start to first step: " + ("the CLI's own `timing:` line (`--verbose`)"
                  if any(r["timing"] for r in runs) else
                  "wall time from process start to the first progress line, minus one steady step (s/step)")
                  + "; read files: `cat " + " ".join(read_files_names(args)) + " > /dev/null`, second of two runs.")
-    if profile:
+    kernel = (f"; sd::attention from `{os.path.relpath(ENGINE_LIB, ROOT)}`" if ENGINE_LIB else
+              "; sd::attention: the Python reference (no --engine-lib)")
+    for what, prof in (("UNet forward (`unet.pt`", profile), ("VAE decode (`vae_decoder.pt`", vae_profile)):
+        if not prof:
+            continue
+        rows = f"{args.profile_rows} rows, " if prof is profile else ""
+        gf = (flops["profile"] if prof is profile else flops["vae"][prof["size"]]["total"]) / 1e9
         L.append("")
-        L.append(f"Top operators, LibTorch profile of one UNet forward (`unet.pt`, {profile['size']}², "
-                 f"{args.profile_rows} rows, attention {args.profile_attention}, after {args.profile_warmup} "
-                 f"warm-up call(s); forward {profile['profiled_s']:.2f} s under the profiler, "
-                 f"{flops['profile'] / 1e9:.1f} GFLOP = "
-                 f"{flops['profile'] / 1e9 / profile['profiled_s']:.1f} GFLOP/s), by self CPU time:")
+        L.append(f"Top operators, LibTorch profile of one {what}, {prof['size']}², {rows}attention "
+                 f"{args.profile_attention}, {prof['packed']} convolutions prepacked{kernel}; after "
+                 f"{args.profile_warmup} warm-up call(s); {prof['profiled_s']:.2f} s under the profiler, "
+                 f"{gf:.1f} GFLOP = {gf / prof['profiled_s']:.1f} GFLOP/s), by self CPU time:")
         L.append("")
         L.append("| operator | calls | self CPU (s) | share |")
         L.append("| --- | --- | --- | --- |")
-        for name, count, s, share in profile["top"][:args.profile_top]:
+        for name, count, s, share in prof["top"][:args.profile_top]:
             L.append(f"| `{name}` | {count} | {s:.3f} | {100 * share:.1f}% |")
-    L += ["", END_MARK]
+    L += ["", end]
     return "\n".join(L) + "\n"
 
 
@@ -435,11 +545,12 @@ def command_args(argv):
     return out
 
 
-def write_docs(path, block):
+def write_docs(path, block, label):
+    begin, end = marks(label)
     text = open(path).read() if os.path.exists(path) else ""
-    if BEGIN_MARK in text and END_MARK in text:
-        head, rest = text.split(BEGIN_MARK, 1)
-        tail = rest.split(END_MARK, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
         text = head + block.rstrip("\n") + tail
     else:
         text = text.rstrip("\n") + ("\n\n" if text else "") + block
@@ -466,6 +577,14 @@ def main():
                    help="CHANNELS,SIZE,BATCH of the conv3x3 peak shown beside the GEMM one; 'none' to skip")
     p.add_argument("--profile-size", type=int, default=256, help="image size of the profiled UNet forward; 0 skips it")
     p.add_argument("--profile-rows", type=int, default=2, help="rows of the profiled forward (2 = guided batch 1)")
+    p.add_argument("--runs", type=int, default=1, help="CLI runs per size (each reported)")
+    p.add_argument("--label", default="",
+                   help="names the report and its markers in --docs (one block per label)")
+    p.add_argument("--engine-lib", default=os.path.join(ROOT, "build", "libsd_engine.so"),
+                   help="library whose sd::attention kernel the profile uses ('none': the Python reference)")
+    p.add_argument("--profile-prepack", choices=("auto", "on", "off"), default="auto",
+                   help="prepack the profiled stages' convolutions (auto: unless --cli-args has '--prepack off')")
+    p.add_argument("--profile-vae-size", type=int, default=256, help="image size of the profiled VAE decode; 0 skips it")
     p.add_argument("--skip-steps", type=int, default=1,
                    help="leading steps left out of s/step (at least one step is always kept)")
     p.add_argument("--profile-warmup", type=int, default=2,
@@ -506,6 +625,11 @@ def main():
               f"(conv3x3 {one['conv3x3'] / 1e9:.1f}, conv1x1 {one['conv1x1'] / 1e9:.1f}, "
               f"linear {one['linear'] / 1e9:.1f}, attention bmm {one['attention bmm'] / 1e9:.1f}); "
               f"guided step (2 rows) {two['total'] / 1e9:.1f} GFLOP")
+    flops["vae"] = {}
+    for s in sorted(set(args.sizes + ([args.profile_vae_size] if args.profile_vae_size else []))):
+        flops["vae"][s] = count_vae_flops(cfg["architecture"]["vae"], s // factor, s // factor)
+        print(f"VAE decode at {s}²: {flops['vae'][s]['total'] / 1e9:.1f} GFLOP "
+              f"(attention bmm {flops['vae'][s]['attention bmm'] / 1e9:.1f})")
     if args.profile_size:
         flops["profile"] = count_unet_flops(arch, args.profile_size // factor, args.profile_size // factor,
                                             args.profile_rows, ctx_len, ctx_dim)[0]["total"]
@@ -534,8 +658,9 @@ def main():
         log(f"cat model files (warm): {read_s:.2f} s")
         outdir = tempfile.mkdtemp(prefix="bench_speed.")
         try:
-            for s in args.sizes:
+            for s, run in [(s, i + 1) for s in args.sizes for i in range(args.runs)]:
                 r = run_cli(args, s, flags, outdir)
+                r["run"] = run
                 # --verbose prints the memory plan after the run; else ask --plan
                 planned = [m.group(1).strip() for m in map(re.compile(r"^\s*attention:\s*(.*)$").match,
                                                            r["stderr_all"]) if m]
@@ -550,26 +675,38 @@ def main():
         peaks["gemm"].append(gemm_peak(args.gemm_n, args.repeats))
         log(f"GEMM peak after the runs: {peaks['gemm'][-1]:.1f} GFLOP/s")
 
-    profile = None
-    if args.profile_size:
+    profile = vae_profile = None
+    cli_words = shlex.split(args.cli_args)
+    packed = (args.profile_prepack == "on" or args.profile_prepack == "auto" and
+              not any(a in ("--prepack=off",) or (a == "off" and i and cli_words[i - 1] == "--prepack")
+                      for i, a in enumerate(cli_words)))
+    if args.profile_size or args.profile_vae_size:
         if args.profile_attention == "auto":
             planned = plan_text(args, args.profile_size, cli_flags(args.bin)) if os.access(args.bin, os.X_OK) else None
             args.profile_attention = planned.split(",")[0].strip() if planned else "per-head"
+    if args.profile_size:
         log(f"profiling one UNet forward at {args.profile_size}², {args.profile_rows} rows")
         profile = profile_unet(os.path.join(args.model, cfg.get("files", {}).get("unet", "unet.pt")),
                                args.profile_size, args.profile_rows, args.profile_warmup, args.profile_attention,
-                               ctx_len, ctx_dim, cfg.get("latent_channels", 4), factor, args.profile_shapes)
+                               ctx_len, ctx_dim, cfg.get("latent_channels", 4), factor, args.profile_shapes, packed)
         profile["size"] = args.profile_size
+    if args.profile_vae_size:
+        log(f"profiling one VAE decode at {args.profile_vae_size}²")
+        vae_profile = profile_vae(os.path.join(args.model, cfg.get("files", {}).get("vae_decoder", "vae_decoder.pt")),
+                                  args.profile_vae_size, args.profile_warmup, args.profile_attention,
+                                  cfg.get("latent_channels", 4), factor, args.profile_shapes, packed)
+        vae_profile["size"] = args.profile_vae_size
 
     command = "/usr/bin/python3 bench/bench_speed.py " + " ".join(shlex.quote(a) for a in command_args(sys.argv[1:]))
-    block = markdown(args, info, blas, peaks, flops, runs, profile, read_s, command)
+    block = markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s, command)
     print(block)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": info, "peaks": peaks, "flops": flops, "runs": runs, "profile": profile,
+                   "vae_profile": vae_profile,
                        "read_files_s": read_s, "args": vars(args)}, f, indent=1, default=str)
     if args.write_docs:
-        write_docs(args.docs, block)
+        write_docs(args.docs, block, args.label)
         log(f"wrote the block into {args.docs}")
 
 
