@@ -1,7 +1,7 @@
 // Fused attention on fp32 CPU tensors: softmax(q kᵀ · scale) v per head, in
 // tiles of queries against tiles of keys with a running (online) softmax, so
 // no score matrix larger than one tile ever exists. Plain C++ without
-// LibTorch: attention_kernel.cpp is compiled once per instruction set
+// LibTorch: attention_kernel_isa.cpp is compiled once per instruction set
 // (AVX-512, AVX2+FMA, baseline) and the caller picks one at run time.
 #pragma once
 #include <cstdint>
