@@ -148,6 +148,12 @@ def build_unet_meta(arch, cls_name="UNetModel"):
     return model.eval()
 
 
+def count_conv(acc, mod, out):
+    """Adds one Conv2d call's FLOP to acc["conv3x3"] or acc["conv1x1"]."""
+    kh, kw = mod.kernel_size
+    acc["conv3x3" if (kh, kw) != (1, 1) else "conv1x1"] += 2 * out.numel() * (mod.in_channels // mod.groups) * kh * kw
+
+
 def count_unet_flops(arch, h, w, rows, context_len, context_dim):
     """FLOP of one UNet forward on `rows` latents of h x w, multiply-add = 2 FLOP.
 
@@ -163,9 +169,7 @@ def count_unet_flops(arch, h, w, rows, context_len, context_dim):
     acc = {"conv3x3": 0, "conv1x1": 0, "linear": 0, "attention bmm": 0}
 
     def conv_hook(mod, inp, out):
-        kh, kw = mod.kernel_size
-        macs = out.numel() * (mod.in_channels // mod.groups) * kh * kw
-        acc["conv3x3" if (kh, kw) != (1, 1) else "conv1x1"] += 2 * macs
+        count_conv(acc, mod, out)
 
     def linear_hook(mod, inp, out):
         acc["linear"] += 2 * out.numel() * mod.in_features
@@ -204,8 +208,7 @@ def count_vae_flops(arch, h, w):
     acc = {"conv3x3": 0, "conv1x1": 0, "attention bmm": 0}
 
     def conv_hook(mod, inp, out):
-        kh, kw = mod.kernel_size
-        acc["conv3x3" if (kh, kw) != (1, 1) else "conv1x1"] += 2 * out.numel() * (mod.in_channels // mod.groups) * kh * kw
+        count_conv(acc, mod, out)
 
     def attn_hook(mod, inp, out):
         b, c, hh, ww = inp[0].shape
@@ -677,9 +680,8 @@ def main():
 
     profile = vae_profile = None
     cli_words = shlex.split(args.cli_args)
-    packed = (args.profile_prepack == "on" or args.profile_prepack == "auto" and
-              not any(a in ("--prepack=off",) or (a == "off" and i and cli_words[i - 1] == "--prepack")
-                      for i, a in enumerate(cli_words)))
+    prepack_off = "--prepack=off" in cli_words or ["--prepack", "off"] in map(list, zip(cli_words, cli_words[1:]))
+    packed = args.profile_prepack == "on" or args.profile_prepack == "auto" and not prepack_off
     if args.profile_size or args.profile_vae_size:
         if args.profile_attention == "auto":
             planned = plan_text(args, args.profile_size, cli_flags(args.bin)) if os.access(args.bin, os.X_OK) else None

@@ -11,7 +11,8 @@ namespace sd {
 // per-head reference, in fp32 scores as the modules' own paths.
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads, double scale);
 
-// The same with the per-head reference computation, for tests and fallbacks.
+// The same computed with LibTorch, one head and 256 queries at a time, scores
+// in fp32: the fallback, and a check for tests.
 at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads,
                                double scale);
 

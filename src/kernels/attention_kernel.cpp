@@ -21,10 +21,9 @@ SD_DECLARE_ISA(baseline)
 int64_t padded_keys(int64_t m) { return (m + kKeyAlign - 1) / kKeyAlign * kKeyAlign; }
 int64_t padded_width(int64_t d) { return (d + kWidthAlign - 1) / kWidthAlign * kWidthAlign; }
 
-int64_t packed_floats(const AttentionProblem& p) {
-    const int64_t m_pad = padded_keys(p.m);
-    return p.batch * p.heads * m_pad * (p.d + padded_width(p.d));
-}
+int64_t packed_head_floats(const AttentionProblem& p) { return padded_keys(p.m) * (p.d + padded_width(p.d)); }
+
+int64_t packed_floats(const AttentionProblem& p) { return p.batch * p.heads * packed_head_floats(p); }
 
 int64_t attention_tasks(const AttentionProblem& p) {
     return p.batch * p.heads * ((p.n + kQueryTile - 1) / kQueryTile);
@@ -39,7 +38,10 @@ const AttentionKernel kKernels[] = {{"avx512", avx512::pack, avx512::attend},
 bool cpu_runs(int i) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (i == 0) return __builtin_cpu_supports("avx512f");
+    // The AVX-512 build is compiled with -mavx512dq -mavx512vl as well.
+    if (i == 0)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl");
     if (i == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     return true;
 #else

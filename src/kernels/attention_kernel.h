@@ -28,6 +28,8 @@ struct AttentionProblem {
 int64_t padded_keys(int64_t m);
 int64_t padded_width(int64_t d);
 int64_t packed_floats(const AttentionProblem& p);
+// One (batch, head)'s share of it: kᵀ in key panels, then v with padded rows.
+int64_t packed_head_floats(const AttentionProblem& p);
 
 // Work split for a thread pool: pack (batch, head) pairs [begin, end) of
 // batch * heads, then attend tasks [begin, end) of attention_tasks(p).

@@ -123,12 +123,12 @@ void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t k
 }  // namespace
 
 void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
-    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d);
+    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
     for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
-        float* kt = p.packed + bh * (p.d * m_pad + m_pad * dp);
+        float* kt = p.packed + bh * per_head;
         float* vp = kt + p.d * m_pad;
-        std::fill(kt, kt + p.d * m_pad + m_pad * dp, 0.0f);
+        std::fill(kt, kt + per_head, 0.0f);
         for (int64_t j = 0; j < p.m; ++j) {
             const float* kr = p.k + b * p.k_batch + j * p.k_row + h * p.d;
             const float* vr = p.v + b * p.v_batch + j * p.v_row + h * p.d;
@@ -140,7 +140,7 @@ void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
 }
 
 void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
-    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d);
+    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
     const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;
     const int64_t key_tile = std::min(kKeyTile, m_pad);
     std::vector<float> qt(kQueryTile * p.d), s(kQueryTile * key_tile), o(kQueryTile * dp);
@@ -151,7 +151,7 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
         const int64_t row0 = (task % tiles) * kQueryTile;
         const int64_t rows = std::min(kQueryTile, p.n - row0);
         const int64_t rows_pad = (rows + kRows - 1) / kRows * kRows;
-        const float* kt = p.packed + bh * (p.d * m_pad + m_pad * dp);
+        const float* kt = p.packed + bh * per_head;
         const float* vp = kt + p.d * m_pad;
         std::fill(qt.begin(), qt.end(), 0.0f);
         for (int64_t r = 0; r < rows; ++r)
