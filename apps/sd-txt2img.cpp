@@ -346,7 +346,7 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     o.measure_stages = f.verbose;
     if (!f.max_memory.empty()) o.max_memory = sd::parse_size(f.max_memory);
     o.sequential = parse_switch("--sequential-load", f.sequential_load);
-    o.prepack = parse_switch("--prepack", f.prepack).value_or(true);
+    o.prepack = parse_switch("--prepack", f.prepack);
     o.vae_tile = parse_tiling(f.vae_tiling);
     if (app.count("--batch-size")) o.batch_size = f.batch_size;
     o.embeddings = f.embeddings;

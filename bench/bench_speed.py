@@ -5,7 +5,8 @@ For each image size it runs the CLI (DDIM, batch 1, guidance: one UNet call on
 2 rows per step), reads the per-step times from its progress lines, and sets
 them against the UNet's arithmetic: the GFLOP of one guided step, counted from
 the architecture in model.json, divided by the fp32 GEMM peak measured in the
-same run with the same thread count. It also times start to first step against
+same run with the same thread count (and, beside it, oneDNN's rate for the
+same product, the one the CLI's Linear layers get). It also times start to first step against
 reading the model files from a warm cache, and prints the top operators of a
 LibTorch profile of one UNet forward. The result is printed as a Markdown
 block; --write-docs puts it between markers in docs/benchmarks.md.
@@ -40,9 +41,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load_engine_lib():
-    """The C++ operators (sd::attention's fused kernel) for the profile, so that
-    Python runs the exported modules as the CLI does. Loaded before sd_export,
-    which otherwise defines the operator with its plain reference."""
+    """The C++ operators (sd::attention's fused kernel, sd::linear's oneDNN call)
+    for the profile, so that Python runs the exported modules as the CLI does.
+    Loaded before sd_export, which otherwise defines them with plain references."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--engine-lib", default=os.path.join(ROOT, "build", "libsd_engine.so"))
     path = pre.parse_known_args()[0].engine_lib
@@ -105,6 +106,17 @@ def gemm_peak(n, repeats):
     c = torch.empty(n, n)
     with torch.inference_mode():
         t = best_time(lambda: torch.mm(a, b, out=c), repeats)
+    return 2.0 * n ** 3 / t / 1e9
+
+
+def onednn_gemm_peak(n, repeats):
+    """The same through sd::linear, i.e. oneDNN's inner product, which the CLI's
+    Linear layers run on; None without the engine library."""
+    if not ENGINE_LIB:
+        return None
+    a, w = torch.randn(n, n), torch.randn(n, n)
+    with torch.inference_mode():
+        t = best_time(lambda: torch.ops.sd.linear(a, w, None), repeats)
     return 2.0 * n ** 3 / t / 1e9
 
 
@@ -441,6 +453,9 @@ def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s,
              f"{args.repeats}: **{peak:.1f} GFLOP/s**"
              + (f" (measured before and after the CLI runs: {gemm_s}; the higher is used)." if len(peaks["gemm"]) > 1
                 else "."))
+    if peaks.get("onednn"):
+        L.append(f"oneDNN GEMM for comparison: the same product through `sd::linear` (the CLI's Linear layers): "
+                 f"{peaks['onednn']:.1f} GFLOP/s ({peaks['onednn'] / peak:.2f} of the GEMM peak).")
     if peaks.get("conv"):
         c, s, b = peaks["conv_cfg"]
         L.append(f"Convolution for comparison: conv3x3 {c}->{c} at {s}x{s}, batch {b}: "
@@ -469,9 +484,13 @@ def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s,
             ratio = statistics.median(r["s_per_step"] for r in rs) / (gf / peak)
             decs = [r["timing"]["last decode"] for r in rs if "last decode" in r["timing"]]
             vae_gf = flops["vae"][size]["total"] / 1e9
+            fast = peaks.get("onednn")
             L.append(f"{size}², median of {len(rs)} run(s): step / bound **{ratio:.2f}**"
                      + (f", VAE decode / bound **{statistics.median(decs) / (vae_gf / peak):.2f}** "
-                        f"(VAE {vae_gf:.0f} GFLOP)" if decs else "") + ".")
+                        f"(VAE {vae_gf:.0f} GFLOP)" if decs else "")
+                     + (f"; against the oneDNN GEMM peak instead: step {ratio * fast / peak:.2f}"
+                        + (f", VAE {statistics.median(decs) / (vae_gf / fast):.2f}" if decs else "")
+                        if fast and fast > peak else "") + ".")
         L.append("")
         L.append("Per step (s, as printed by the CLI): "
                  + "; ".join(f"{r['size']}²: " + ", ".join(f"{s['printed']:.2f}" for s in r["steps"]) for r in runs)
@@ -497,8 +516,8 @@ def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s,
                  if any(r["timing"] for r in runs) else
                  "wall time from process start to the first progress line, minus one steady step (s/step)")
                  + "; read files: `cat " + " ".join(read_files_names(args)) + " > /dev/null`, second of two runs.")
-    kernel = (f"; sd::attention from `{os.path.relpath(ENGINE_LIB, ROOT)}`" if ENGINE_LIB else
-              "; sd::attention: the Python reference (no --engine-lib)")
+    kernel = (f"; sd::attention and sd::linear from `{os.path.relpath(ENGINE_LIB, ROOT)}`" if ENGINE_LIB else
+              "; sd::attention and sd::linear: the Python references (no --engine-lib)")
     for what, prof in (("UNet forward (`unet.pt`", profile), ("VAE decode (`vae_decoder.pt`", vae_profile)):
         if not prof:
             continue
@@ -645,6 +664,9 @@ def main():
     log(f"GEMM peak: torch.mm {args.gemm_n}², {args.threads} thread(s) ({blas})")
     peaks["gemm"].append(gemm_peak(args.gemm_n, args.repeats))
     log(f"  {peaks['gemm'][-1]:.1f} GFLOP/s")
+    peaks["onednn"] = onednn_gemm_peak(args.gemm_n, args.repeats)
+    if peaks["onednn"]:
+        log(f"sd::linear {args.gemm_n}² (oneDNN): {peaks['onednn']:.1f} GFLOP/s")
     if args.conv != "none":
         c, s, b = (int(v) for v in args.conv.split(","))
         peaks["conv_cfg"] = (c, s, b)

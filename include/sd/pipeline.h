@@ -21,7 +21,8 @@ struct PipelineOptions {
     std::string attention = "auto";      // auto | fused | full | per-head | chunked[:N]
     // Convolution weights in oneDNN's layout from load on (fp32 on the CPU;
     // stage_loader.h prepack_convolutions). Off: the file's dense layout.
-    bool prepack = true;
+    // Unset: on unless the memory budget needs the room (the planner decides).
+    std::optional<bool> prepack;
     int threads = 0;                     // 0: one per core
     double max_memory = 0;               // bytes; 0: what the machine has available
     std::optional<bool> sequential;      // unset: the planner decides

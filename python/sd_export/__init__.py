@@ -8,7 +8,8 @@
     checkpoints     the checkpoint readers (.safetensors, checked .ckpt/.bin, diffusers folder)
     diffusers_layout  a diffusers folder's configs and weight names
     keymaps         checkpoint key names -> our modules' weights
-    ops             the sd::attention operator the modules call (plain reference; the C++ kernel replaces it)
+    ops             the sd::attention and sd::linear operators the modules call (plain
+                    references; the C++ kernels replace them)
     modules         the TorchScript modules (text encoder, UNet, VAE decoder)
     weights         the modules built and filled (checkpoint or random)
     stages          the model folder: STAGE.pt + STAGE.weights, tokenizer, model.json

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import ops  # noqa: F401 - defines torch.ops.sd.attention for torch.jit.script
+from . import ops  # noqa: F401 - defines torch.ops.sd.attention and .linear for torch.jit.script
 
 # attention_mode values (TorchScript cannot read module globals, so forward() uses the literals).
 ATTN_ALL_HEADS = 0
@@ -249,8 +249,11 @@ def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tenso
 
 
 class Linear(nn.Linear):
+    """F.linear through sd::linear (sd_export/ops.py): the C++ program runs it
+    with oneDNN instead of LibTorch's OpenBLAS path."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight.to(x.dtype), _cast(self.bias, x.dtype))
+        return torch.ops.sd.linear(x, self.weight.to(x.dtype), _cast(self.bias, x.dtype))
 
 
 class Conv2d(nn.Conv2d):

@@ -1,15 +1,21 @@
-"""The custom operator the exported modules call for fused attention.
+"""The custom operators the exported modules call.
 
 ``sd::attention(q, k, v, heads, scale)``: softmax(q kᵀ · scale) v for each head,
 q [B, n, heads*d], k and v [B, m, heads*d] -> [B, n, heads*d]. The C++ program
-registers its fused kernel under this name (src/engine/fused_attention.cpp);
+registers its fused kernel under this name (src/engine/operators.cpp);
 here it gets the plain per-head computation so that ``torch.jit.script``
 compiles the calls and Python can run the exported modules. Loading
 ``libsd_engine.so`` first (``torch.ops.load_library``) makes Python use the
 C++ kernel instead: the benchmark's profile does that.
+
+``sd::linear(x, w, b)``: F.linear, which the C++ program computes with oneDNN
+(LibTorch 1.13 sends Linear to OpenBLAS, 3x slower on the UNet's shapes here).
 """
 
+from typing import Optional
+
 import torch
+import torch.nn.functional as F
 
 _LIB = None
 
@@ -26,13 +32,18 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads
     return torch.cat(outs, 2)
 
 
+def reference_linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+    return F.linear(x, w, b)
+
+
 def register():
-    """Defines sd::attention unless something (the C++ engine) already has."""
+    """Defines sd::attention and sd::linear unless something (the C++ engine) already has."""
     global _LIB
     if _LIB is not None:
         return
     try:
         torch.ops.sd.attention  # noqa: B018 - raises when the op is not defined
+        torch.ops.sd.linear  # noqa: B018
         return
     except (AttributeError, RuntimeError):
         pass
@@ -40,6 +51,8 @@ def register():
     lib.define("attention(Tensor q, Tensor k, Tensor v, int heads, float scale) -> Tensor")
     # CompositeImplicitAutograd: the one definition serves CPU, CUDA and meta tensors.
     lib.impl("attention", reference_attention, "CompositeImplicitAutograd")
+    lib.define("linear(Tensor x, Tensor w, Tensor? b) -> Tensor")
+    lib.impl("linear", reference_linear, "CompositeImplicitAutograd")
     _LIB = lib
 
 register()

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 
-from . import ops  # noqa: F401 - sd::attention, which the stages' code calls, must exist before torch.jit.load
+from . import ops  # noqa: F401 - sd::attention and sd::linear, which the stages' code calls, must exist before torch.jit.load
 from .configs import alphas_cumprod
 from .report import ExportError, one_line, say
 from .safetensors_io import read_tensors, write_safetensors

@@ -1,5 +1,5 @@
 // The entry points of libsd_engine.so, which engine.cpp looks up by name.
-#include "engine/fused_attention.h"
+#include "engine/operators.h"
 #include "sd/engine.h"
 
 // Loading this library registers sd::attention, so that Python can run the

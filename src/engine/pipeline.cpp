@@ -241,6 +241,13 @@ struct TorchPipeline::Impl {
     at::ScalarType weight_type(const std::string& path) const {
         return path == config.text_encoder_path || path == config.text_encoder_2_path ? at::kFloat : held_type;
     }
+    // oneDNN's layout is for fp32 on a CPU only.
+    bool prepack_applies(const std::string& path) const {
+        return device.is_cpu() && compute_type == at::kFloat && weight_type(path) == at::kFloat;
+    }
+    // The plan's --prepack for the stages loaded next, and whether the UNet
+    // that stays loaded was packed (later plans must count it as it is).
+    bool prepack = false, unet_packed = false;
 
     // Stage inputs go to the device in the compute dtype; outputs come back as
     // fp32 on the CPU, where the sampler and its generator live (so a seed gives
@@ -256,14 +263,17 @@ struct TorchPipeline::Impl {
             const bool vae_stage = path == config.vae_decoder_path && !vae_override.empty();
             slot = load_stage(path, weight_type(path), device, vae_stage ? &vae_override : nullptr,
                               lora_edit(path));
-            if (options.prepack && device.is_cpu() && compute_type == at::kFloat && weight_type(path) == at::kFloat)
+            if (prepack && prepack_applies(path)) {
                 prepack_convolutions(*slot);
+                if (path == config.unet_path) unet_packed = true;
+            }
             *seconds += seconds_since_process_start() - start;
         }
         return *slot;
     }
 
     void release(std::optional<torch::jit::Module>& slot) {
+        if (&slot == &unet) unet_packed = false;
         slot.reset();
         release_free_memory();
     }
@@ -392,6 +402,9 @@ struct TorchPipeline::Impl {
         if (options.batch_size) r.unet_rows = *options.batch_size * (r.guidance ? 2 : 1);
         if (options.vae_tile) r.vae_tile = *options.vae_tile;
         r.half_weights = held_type != at::kFloat;
+        if (!prepack_applies(config.unet_path)) r.prepack = false;
+        else if (unet) r.prepack = unet_packed;
+        else r.prepack = options.prepack;
         if (!s.loras.empty()) {
             std::vector<const LoraFile*> files;
             for (const auto& use : s.loras) files.push_back(&lora_file(use));
@@ -495,6 +508,7 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     im.use_loras(s.loras);
     const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
     set_block_cache_limit(static_cast<size_t>(plan.block_cache));
+    im.prepack = plan.prepack;
     c10::InferenceMode guard;
     const int64_t n = static_cast<int64_t>(prompts.size());
     const int64_t h = s.height / c.downsample_factor, w = s.width / c.downsample_factor;

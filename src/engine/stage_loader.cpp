@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sd/error.h"
-#include "engine/fused_attention.h"
+#include "engine/operators.h"
 #include "io/code_check.h"
 #include "io/fs_util.h"
 #include "io/weight_file.h"
@@ -216,7 +216,7 @@ void check_stage_files(const std::string& path) { checked_weight_index(path); }
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device,
                               const std::map<std::string, at::Tensor>* replace, const StageEdit& edit) {
     const auto index = checked_weight_index(path);
-    register_operators();  // the modules' code names sd::attention
+    register_operators();  // the modules' code names sd::attention and sd::linear
     try {
         auto m = torch::jit::load(path, torch::kCPU);
         m.eval();

@@ -24,6 +24,13 @@ namespace sd {
 // rows per pass, docs/memory.md.
 static constexpr double kUnetTransientPerChannel = 8.0;
 static constexpr double kUnetFixedPerLargestConv = 1.4;
+// Prepacked convolutions copy their input into oneDNN's layout and their
+// output back: floats per latent pixel and row, in units of model_channels,
+// for the UNet; per output pixel in units of ch for the VAE. Fitted at 512x512
+// with 1 row (full-size SD 1.5, --max-memory 3.5G: the UNet stage measured
+// 35-50 MiB above the dense run, the VAE 130 MiB; docs/benchmarks.md, issue 21).
+static constexpr double kUnetPrepackPerChannel = 10.0;
+static constexpr double kVaePrepackFloatsPerChannel = 1.0;
 // VAE decoder: floats per output pixel, in units of ch, at the finest level
 // (upsampled 2ch input, its conv, ResnetBlock temporaries). See docs/memory.md.
 static constexpr double kVaeFloatsPerChannel = 8.0;
@@ -303,6 +310,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
                             ? fused_bytes(rows, n, m.attn_channels, 2.0)
                             : score_bytes(rows, n, p.attention_mode, p.attention_chunk, m.attn_heads);
     }
+    if (p.prepack) p.unet.activations += rows * hw * 4.0 * kUnetPrepackPerChannel * m.model_channels;
     p.unet.beside_scores = p.unet.activations;
     p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;
     p.unet.share_at_peak = kUnetShareAtPeak * p.unet.activations + kUnetShareAtPeakPerScore * p.unet.scores;
@@ -316,7 +324,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double th = p.vae_tile > 0 ? std::min<double>(h, p.vae_tile) : h;
     const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
     const double pixels = th * tw * m.downsample * m.downsample;
-    p.vae.activations = pixels * 4.0 * kVaeFloatsPerChannel * m.vae_ch;
+    p.vae.activations = pixels * 4.0 * (kVaeFloatsPerChannel + (p.prepack ? kVaePrepackFloatsPerChannel : 0.0)) * m.vae_ch;
     p.vae.scores = p.attention_mode == AttentionMode::Fused
                        ? fused_bytes(1, th * tw, m.vae_mid_channels, 6.0)
                        : score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
@@ -342,7 +350,7 @@ std::string MemoryPlan::describe() const {
       << (taesd ? std::string("TAESD, whole image")
                 : vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px" : std::string("whole image"))
       << "\n";
-    o << "  compute: " << compute << "\n";
+    o << "  compute: " << compute << (prepack ? ", convolutions prepacked" : "") << "\n";
     o << "  feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
       << format_size(static_cast<double>(conv_split)) << "\n";
     o << "  freed blocks kept for reuse: up to " << format_size(block_cache) << " (UNet " << format_size(unet.kept)
@@ -354,6 +362,7 @@ std::string MemoryPlan::describe() const {
 MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base) {
     const int full_rows = r.images * (r.guidance ? 2 : 1);
     std::vector<bool> seq_options = r.sequential ? std::vector<bool>{*r.sequential} : std::vector<bool>{false, true};
+    std::vector<bool> prepack_options = r.prepack ? std::vector<bool>{*r.prepack} : std::vector<bool>{true, false};
     std::vector<int> rows_options;  // halving the UNet pass down to one row
     if (r.unet_rows) rows_options = {*r.unet_rows};
     else
@@ -376,28 +385,31 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
     if (!r.attention && m.fused_attention) attn_options.insert(attn_options.begin(), {AttentionMode::Fused, 0});
 
     // What to give up first as the budget shrinks: resident stages (a reload
-    // costs seconds per batch), then the size of UNet passes (results do not
-    // change), then the attention chunk, and last whole-image VAE decoding
-    // (tiles change the image slightly).
+    // costs seconds per batch), then prepacked convolutions (10-25% of a
+    // step), then the size of UNet passes (results do not change), then the
+    // attention chunk, and last whole-image VAE decoding (tiles change the
+    // image slightly).
     MemoryPlan smallest;
     double smallest_peak = -1;
     for (int tile : tile_options)
         for (const AttentionSetting& attention : attn_options)
             for (int rows : rows_options)
-                for (bool seq : seq_options) {
-                    MemoryPlan c;
-                    c.sequential = seq;
-                    c.unet_rows = rows;
-                    c.vae_tile = tile;
-                    c.attention_mode = attention.mode;
-                    c.attention_chunk = attention.chunk;
-                    MemoryPlan p = predict(m, r, base, c);
-                    if (p.peak() <= r.budget) return with_block_cache(p);
-                    if (smallest_peak < 0 || p.peak() < smallest_peak) {
-                        smallest_peak = p.peak();
-                        smallest = p;
+                for (bool prepack : prepack_options)
+                    for (bool seq : seq_options) {
+                        MemoryPlan c;
+                        c.sequential = seq;
+                        c.prepack = prepack;
+                        c.unet_rows = rows;
+                        c.vae_tile = tile;
+                        c.attention_mode = attention.mode;
+                        c.attention_chunk = attention.chunk;
+                        MemoryPlan p = predict(m, r, base, c);
+                        if (p.peak() <= r.budget) return with_block_cache(p);
+                        if (smallest_peak < 0 || p.peak() < smallest_peak) {
+                            smallest_peak = p.peak();
+                            smallest = p;
+                        }
                     }
-                }
     throw Error("not enough memory: the budget is " + format_size(r.budget) + " but the smallest plan (" +
                 (smallest.sequential ? std::string("sequential loading, ") : std::string("resident stages, ")) +
                 smallest.attention_name() + " attention, " + std::to_string(smallest.unet_rows) + " UNet rows, " +

@@ -46,6 +46,23 @@ TEST(ConformanceAttention, PerHeadIsBitIdenticalToFull) {
     EXPECT_EQ(a, sdtest::read_text(latents[1]));
 }
 
+// --prepack auto is the planner's choice (on when it fits), off and fp16
+// weights never pack; the plan printed is the one the stages are loaded by.
+TEST(ConformancePrepack, PlanSaysWhetherConvolutionsArePrepacked) {
+    auto plan = [](std::vector<std::string> extra) {
+        std::vector<std::string> args{sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--prompt", "x",
+                                      "--plan"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const auto r = sdtest::run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return (r.out + r.err).find("convolutions prepacked") != std::string::npos;
+    };
+    EXPECT_TRUE(plan({}));
+    EXPECT_TRUE(plan({"--prepack", "on"}));
+    EXPECT_FALSE(plan({"--prepack", "off"}));
+    EXPECT_FALSE(plan({"--weights", "fp16"}));
+}
+
 // Two threads change the summation order; the fixtures' tolerance covers it.
 TEST(ConformanceThreads, TwoThreadsAndChunkedAttention) {
     check_case("p4_plms10_batch2_64x64", "tiny-st", {"--attention", "chunked:7", "--threads", "2"});

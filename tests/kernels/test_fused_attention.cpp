@@ -1,4 +1,4 @@
-// The fused attention operator (src/engine/fused_attention.cpp) against the
+// The fused attention operator (src/engine/operators.cpp) against the
 // plain computation (every head's whole score matrix, in double), for every
 // kernel build this CPU runs.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/fused_attention.h"
+#include "engine/operators.h"
 #include "kernels/attention_kernel.h"
 
 namespace {

@@ -166,10 +166,38 @@ TEST(Planner, PredictsTheMeasuredBenchmarkRows) {
         auto r = request(row.size, row.images, 16 * GiB);
         r.attention = sd::AttentionSetting{static_cast<sd::AttentionMode>(row.mode)};
         r.sequential = false;
+        r.prepack = false;  // measured with dense convolution weights
         const auto p = sd::plan_memory(sd15(), r, 162 * MiB);
         EXPECT_NEAR(p.peak() / (row.measured_gib * GiB), 1.0, 0.15)
             << row.size << "^2, " << row.images << " images, attention mode " << row.mode;
     }
+}
+
+// Prepacked convolutions are faster but copy activations into oneDNN's
+// layout: at 512x512 under 3.5 GiB (full-size SD 1.5, fused attention) the
+// UNet stage measured over the budget with them and under it without, so the
+// planner keeps them where there is room and drops them before a smaller pass.
+TEST(Planner, PrepackIsDroppedWhenTheBudgetNeedsTheRoom) {
+    auto m = sd15();
+    m.fused_attention = true;
+    const auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 163 * MiB);
+    EXPECT_TRUE(roomy.prepack);
+    auto r = request(512, 1, 3.5 * GiB);
+    const auto tight = sd::plan_memory(m, r, 163 * MiB);
+    EXPECT_FALSE(tight.prepack);
+    EXPECT_LE(tight.peak(), 3.5 * GiB);
+    sd::MemoryPlan packed = tight;
+    packed.prepack = true;
+    EXPECT_GT(sd::predict(m, r, 163 * MiB, packed).peak(), 3.5 * GiB);
+    EXPECT_GT(sd::predict(m, r, 163 * MiB, packed).vae.activations, tight.vae.activations);
+    // The user's word stands: --prepack off is never overridden, and --prepack
+    // on under 3.5 GiB is refused (it does not fit) rather than dropped.
+    r.budget = 16 * GiB;
+    r.prepack = false;
+    EXPECT_FALSE(sd::plan_memory(m, r, 163 * MiB).prepack);
+    r.budget = 3.5 * GiB;
+    r.prepack = true;
+    EXPECT_THROW(sd::plan_memory(m, r, 163 * MiB), sd::Error);
 }
 
 TEST(Planner, RefusalNamesABudgetThatWorks) {

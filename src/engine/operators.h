@@ -1,5 +1,6 @@
-// The sd::attention operator that exported modules call for the fused
-// attention strategy (attention_mode 3, docs/model-format.md).
+// The custom operators exported modules call: sd::attention for the fused
+// attention strategy (attention_mode 3) and sd::linear for every Linear layer
+// of the UNet and VAE (docs/model-format.md).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -16,7 +17,12 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads,
                                double scale);
 
-// Registers sd::attention with the dispatcher; safe to call more than once.
+// x wᵀ + b over x's last dimension, w [out, in]. fp32 CPU tensors take
+// oneDNN's inner product (src/kernels/linear_kernel.h); anything else, or a
+// build without oneDNN, at::linear.
+at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias);
+
+// Registers sd::attention and sd::linear with the dispatcher; safe to call more than once.
 // The engine calls it before loading a stage (a static registrar in a static
 // library would be dropped by the linker).
 void register_operators();

@@ -1,4 +1,4 @@
-#include "engine/fused_attention.h"
+#include "engine/operators.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention_kernel.h"
+#include "kernels/linear_kernel.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -71,12 +72,34 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     return out;
 }
 
+at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+    const bool has_bias = bias.has_value() && bias->defined();
+    const bool kernel = x.device().is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
+                        w.device().is_cpu() && w.dim() == 2 && !w.is_mkldnn() && x.dim() >= 1 &&
+                        x.size(-1) == w.size(1) && x.numel() > 0 && w.numel() > 0 &&
+                        (!has_bias || (bias->scalar_type() == at::kFloat && bias->device().is_cpu() &&
+                                       bias->dim() == 1 && bias->size(0) == w.size(0)));
+    if (kernel) {
+        const auto xc = x.contiguous();
+        const auto wc = w.contiguous();
+        const auto bc = has_bias ? bias->contiguous() : at::Tensor();
+        auto sizes = x.sizes().vec();
+        sizes.back() = w.size(0);
+        auto y = at::empty(sizes, x.options());
+        if (kernels::linear_f32(xc.data_ptr<float>(), x.numel() / x.size(-1), w.size(1), wc.data_ptr<float>(),
+                                w.size(0), has_bias ? bc.data_ptr<float>() : nullptr, y.data_ptr<float>()))
+            return y;
+    }
+    return at::linear(x, w, bias);
+}
+
 void register_operators() {
     static std::once_flag once;
     std::call_once(once, [] {
         // Held for the life of the process: the modules keep calling the op.
         static auto* lib = new torch::Library(torch::Library::DEF, "sd", c10::nullopt, __FILE__, __LINE__);
         lib->def("attention(Tensor q, Tensor k, Tensor v, int heads, float scale) -> Tensor", &fused_attention);
+        lib->def("linear(Tensor x, Tensor w, Tensor? b) -> Tensor", &fast_linear);
     });
 }
 

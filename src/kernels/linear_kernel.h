@@ -1,0 +1,20 @@
+// y = x wᵀ + b on fp32 CPU arrays through oneDNN's inner product, without
+// LibTorch. LibTorch 1.13 sends Linear layers to OpenBLAS here, which runs
+// the UNet's shapes (a few hundred to a few thousand rows, 320-5120 wide) at
+// 90-145 GFLOP/s on 2 threads; oneDNN's (the library LibTorch's own
+// convolutions use) runs them at 300-440 (docs/benchmarks.md, issue 21).
+#pragma once
+#include <cstdint>
+
+namespace sd::kernels {
+
+// x [rows, in] and w [out, in] dense row-major, bias [out] or nullptr,
+// y [rows, out]. Runs on the calling thread's OpenMP thread count.
+// Returns false when this build has no oneDNN or oneDNN refused the shape;
+// the caller then computes it another way.
+bool linear_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* bias, float* y);
+
+// Whether linear_f32 can run at all (built with oneDNN).
+bool linear_kernel_available();
+
+}  // namespace sd::kernels
