@@ -1,6 +1,6 @@
 // The custom operators exported modules call: sd::attention for the fused
 // attention strategy (attention_mode 3) and sd::linear for every Linear layer
-// of the UNet and VAE (docs/model-format.md).
+// of the UNet (the text encoder's stay nn.Linear; docs/model-format.md).
 #pragma once
 #include <ATen/core/Tensor.h>
 
