@@ -412,7 +412,7 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
                     }
     throw Error("not enough memory: the budget is " + format_size(r.budget) + " but the smallest plan (" +
                 (smallest.sequential ? std::string("sequential loading, ") : std::string("resident stages, ")) +
-                smallest.attention_name() + " attention, " + std::to_string(smallest.unet_rows) + " UNet rows, " +
+                (smallest.prepack ? "prepacked convolutions, " : "") + smallest.attention_name() + " attention, " + std::to_string(smallest.unet_rows) + " UNet rows, " +
                 (smallest.vae_tile ? "VAE tiles of " + std::to_string(smallest.vae_tile) : std::string("whole-image VAE")) +
                 ") needs about " + format_size(smallest_peak) + "; use --max-memory " + suggest_size(smallest_peak) +
                 " or more" + (r.half_weights ? "" : ", --weights fp16") + " or a smaller image");
