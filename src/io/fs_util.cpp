@@ -90,6 +90,49 @@ void check_new_file_path(const std::string& path, const std::string& what) {
     if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(what + " " + path + ": the folder " + dir + " is not writable");
 }
 
+size_t check_regular_file(const std::string& path, const std::string& what) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+        const int err = errno;
+        if (err == ENOENT) throw Error(what + " " + path + " does not exist");
+        throw Error(what + " " + path + " cannot be read: " + std::strerror(err));
+    }
+    if (S_ISREG(st.st_mode)) return static_cast<size_t>(st.st_size);
+    const char* kind = S_ISDIR(st.st_mode)    ? "a folder"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    throw Error(what + " " + path + " is " + kind + ", not a regular file");
+}
+
+std::string read_file_capped(const std::string& path, size_t max_bytes, const std::string& what) {
+    const size_t size = check_regular_file(path, what);
+    if (size > max_bytes)
+        throw Error(what + " " + path + " is " + std::to_string(size) + " bytes, more than the " +
+                    std::to_string(max_bytes) + " this reader takes");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) throw Error(what + " " + path + " cannot be read: " + std::strerror(errno));
+    std::string data;
+    // Read at most one byte past the cap: the file may grow after the stat.
+    char buf[1 << 16];
+    while (data.size() <= max_bytes) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            ::close(fd);
+            throw Error(what + " " + path + " cannot be read: " + std::strerror(err));
+        }
+        if (n == 0) break;
+        data.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    if (data.size() > max_bytes)
+        throw Error(what + " " + path + " is larger than the " + std::to_string(max_bytes) + " bytes this reader takes");
+    return data;
+}
+
 bool file_exists(const std::string& path) {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0;

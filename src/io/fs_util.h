@@ -24,6 +24,16 @@ void ensure_writable_dir(const std::string& dir);
 // the option in the message. Throws sd::Error.
 void check_new_file_path(const std::string& path, const std::string& what);
 
+// For a file the user hands in: refuses (sd::Error, naming `what` and the
+// path) one that is missing, a folder, a FIFO, a device or a socket, after
+// following links, so that no reader blocks on a pipe or spins on /dev/zero.
+// Returns the file's size in bytes.
+size_t check_regular_file(const std::string& path, const std::string& what);
+
+// The whole file, after check_regular_file, refused with one line when it is
+// larger than max_bytes (no byte of it is read then).
+std::string read_file_capped(const std::string& path, size_t max_bytes, const std::string& what);
+
 bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
