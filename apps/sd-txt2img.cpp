@@ -20,14 +20,14 @@
 #include "sd/engine.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
-#include "sd/manifest.h"
+#include "sd/model_hash.h"
 #include "sd/progress.h"
 #include "sd/records.h"
 #include "sd/prompts.h"
 #include "sd/tokenizer.h"
 #include "sd/txt2img.h"
 #include "sd/value_rules.h"
-#include "text/lora_tags.h"
+#include "sd/loras.h"
 #include "sd/version.h"
 
 #ifndef SD_DEFAULT_MODEL_DIR

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "sd/measurements.h"
 
 namespace sd {
 
@@ -71,5 +72,10 @@ struct MemoryPlan {
     std::string attention_name() const;   // "chunked:256", ...
     std::string describe() const;         // the --plan table
 };
+
+// The --verbose report (stderr lines): the plan, then predicted against
+// measured peak of each stage, load times and the allocator's block reuse.
+// On a GPU the prediction is of device memory, which host RSS does not see.
+std::string measurement_report(const MemoryPlan& plan, const StagePeaks& measured, const StageTimes& times, bool on_gpu);
 
 }  // namespace sd

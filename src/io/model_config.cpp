@@ -9,7 +9,7 @@
 #include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/json_depth.h"
-#include "sd/samplers.h"
+#include "sd/sampler_catalog.h"
 #include "sd/value_rules.h"
 
 namespace sd {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "sd/error.h"
-#include "sd/manifest.h"
+#include "sd/model_hash.h"
 
 namespace sd {
 

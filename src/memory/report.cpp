@@ -1,7 +1,7 @@
 #include <cstdio>
 #include <string>
 
-#include "sd/pipeline.h"
+#include "sd/memory_plan.h"
 
 namespace sd {
 

@@ -11,7 +11,7 @@
 
 #include "sd/error.h"
 #include "sd/version.h"
-#include "text/lora_tags.h"
+#include "sd/loras.h"
 #include "text/prompt_weights.h"
 
 namespace sd {

@@ -11,7 +11,7 @@
 #include "io/png_text.h"
 #include "run/batch_plan.h"
 #include "sd/error.h"
-#include "sd/samplers.h"
+#include "sd/sampler_catalog.h"
 #include "sd/value_rules.h"
 
 namespace sd {

@@ -12,8 +12,8 @@
 #include "io/lora_keys.h"
 #include "io/npy.h"
 #include "run/batch_plan.h"
-#include "sampling/schedule.h"
-#include "text/lora_tags.h"
+#include "core/schedule.h"
+#include "sd/loras.h"
 
 namespace sd {
 

@@ -9,7 +9,7 @@
 
 #include "io/image_io.h"
 #include "io/png_text.h"
-#include "sd/samplers.h"
+#include "sd/sampler_catalog.h"
 #include "sd/version.h"
 #include "test_util.h"
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sd/samplers.h"
+#include "sd/sampler_catalog.h"
 #include "test_util.h"
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/guidance.h"
 #include "io/npy.h"
 #include "reference_case.h"
 #include "test_util.h"
@@ -29,7 +30,7 @@ at::Tensor ReplayedUnet::operator()(const at::Tensor& x, const at::Tensor& t) {
     else EXPECT_TRUE(at::equal(t, want_t)) << label << " call " << calls;
     if (!guided) return outs[calls++].slice(0, 0, n);
     auto parts = outs[calls++].chunk(2);
-    return parts[0] + scale * (parts[1] - parts[0]);
+    return sd::guide(parts[0], parts[1], scale);
 }
 
 std::vector<float> model_alphas_cumprod(const std::string& model_dir) {

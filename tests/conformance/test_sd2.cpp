@@ -9,7 +9,7 @@
 
 #include "conformance_util.h"
 #include "engine/stage_loader.h"
-#include "engine/samplers.h"
+#include "engine/sampling_loop.h"
 #include "test_util.h"
 #include "sd/tokenizer.h"
 

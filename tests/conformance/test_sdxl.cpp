@@ -9,10 +9,10 @@
 #include <torch/script.h>
 
 #include "conformance_util.h"
-#include "engine/samplers.h"
+#include "engine/sampling_loop.h"
 #include "engine/sdxl_conditioning.h"
 #include "engine/stage_loader.h"
-#include "sampling/schedule.h"
+#include "core/schedule.h"
 #include "sd/model_config.h"
 #include "sd/tokenizer.h"
 #include "test_util.h"

@@ -7,8 +7,8 @@
 #include "conformance_util.h"
 #include "engine/stage_loader.h"
 #include "io/npy.h"
-#include "engine/samplers.h"
-#include "sampling/schedule.h"
+#include "engine/sampling_loop.h"
+#include "core/schedule.h"
 #include "test_util.h"
 
 namespace {
@@ -128,7 +128,10 @@ TEST(Stages, SamplerStepsReplayingReferenceUnet) {
         const auto ac = sdtest::model_alphas_cumprod(sdtest::test_models() + "/tiny-st");
         ASSERT_EQ(ac.size(), 1000u);
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
-        auto latents = sd::sample(sampler, eps, noise, ac, requested, gen, on_step);
+        sd::SamplerSettings settings;
+        settings.sampler = sampler;
+        settings.steps = requested;
+        auto latents = sd::sample(settings, eps, noise, ac, gen, on_step);
         EXPECT_EQ(unet.calls, xs.size(0)) << c << ": number of UNet calls";
         EXPECT_LE(max_abs_diff(latents, load(c, "latents.npy")), 1e-4 * load(c, "latents.npy").abs().max().item<double>()) << c;
     }

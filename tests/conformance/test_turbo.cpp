@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "conformance_util.h"
-#include "engine/samplers.h"
-#include "sampling/schedule.h"
+#include "engine/sampling_loop.h"
+#include "core/schedule.h"
 #include "test_util.h"
 
 namespace {

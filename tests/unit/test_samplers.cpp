@@ -1,4 +1,4 @@
-// The sampler list (sd/samplers.h): names, checks and step counts come from one table.
+// The sampler list (sd/sampler_catalog.h): names, checks and step counts come from one table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -6,8 +6,8 @@
 #include <string>
 
 #include "sd/error.h"
-#include "sampling/schedule.h"
-#include "sd/samplers.h"
+#include "core/schedule.h"
+#include "sd/sampler_catalog.h"
 
 TEST(SamplerList, NamesAreUniqueAndTheFirstIsTheDefault) {
     std::set<std::string> names, a1111;

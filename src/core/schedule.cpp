@@ -1,10 +1,10 @@
-#include "sampling/schedule.h"
+#include "core/schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "sd/error.h"
-#include "sd/samplers.h"
+#include "sd/sampler_catalog.h"
 
 namespace sd {
 

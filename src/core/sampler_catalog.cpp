@@ -1,9 +1,9 @@
-#include "sd/samplers.h"
+#include "sd/sampler_catalog.h"
 
 #include <algorithm>
 
-#include "sampling/sampler_list.h"
-#include "sampling/schedule.h"
+#include "core/sampler_list.h"
+#include "core/schedule.h"
 #include "sd/error.h"
 
 namespace sd {

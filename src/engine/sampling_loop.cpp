@@ -1,11 +1,11 @@
-#include "engine/samplers.h"
+#include "engine/sampling_loop.h"
 
 #include <cmath>
 
 #include "sd/error.h"
-#include "sampling/sampler_list.h"
-#include "sampling/schedule.h"
-#include "sd/samplers.h"
+#include "core/sampler_list.h"
+#include "core/schedule.h"
+#include "sd/sampler_catalog.h"
 
 namespace sd {
 
@@ -296,7 +296,7 @@ KStart k_start(const SamplerRun& r) {
     return {sigmas, Denoiser{r.model, r.s.parameterization, model_sigmas(r.ac).log(), {}, Flavour::KDiffusion}, std::move(x)};
 }
 
-// One function per row of sampling/sampler_list.h.
+// One function per row of core/sampler_list.h.
 at::Tensor sample_plms(const SamplerRun& r) {
     const bool v = r.s.parameterization == Parameterization::V;
     return run_plms(v ? v_to_eps(r.model, r.ac) : r.model, r.noise, r.ac, r.s.steps, r.s.schedule, r.gen, r.on_step);
@@ -421,14 +421,6 @@ at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noi
     for (const auto& [name, fn] : functions)
         if (s.sampler == name) return fn(run);
     throw Error("unknown sampler '" + s.sampler + "'");  // check_sampler_settings refused it already
-}
-
-at::Tensor sample(const std::string& sampler, const EpsFn& eps, at::Tensor x, const std::vector<float>& ac, int steps,
-                  at::Generator& gen, const StepFn& on_step) {
-    SamplerSettings s;
-    s.sampler = sampler;
-    s.steps = steps;
-    return sample(s, eps, std::move(x), ac, gen, on_step);
 }
 
 }  // namespace sd

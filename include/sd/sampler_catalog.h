@@ -1,4 +1,4 @@
-// The samplers the tool has (their list: src/sampling/sampler_list.h).
+// The samplers the tool has (their list: src/core/sampler_list.h).
 #pragma once
 #include <string>
 #include <vector>

@@ -13,7 +13,7 @@
 
 #include <ATen/ATen.h>
 
-#include "sd/samplers.h"
+#include "sd/sampler_catalog.h"
 
 namespace sd {
 
@@ -32,8 +32,8 @@ enum class Parameterization { Eps, V };
 Parameterization parse_parameterization(const std::string& name);
 
 struct SamplerSettings {
-    std::string sampler = default_sampler();  // a name of sd/samplers.h
-    std::string schedule = "default";  // the sampler row's schedules (sampling/sampler_list.h)
+    std::string sampler = default_sampler();  // a name of sd/sampler_catalog.h
+    std::string schedule = "default";  // the sampler row's schedules (core/sampler_list.h)
     int steps = 50;
     Parameterization parameterization = Parameterization::Eps;
     // SDXL (sgm): with the default schedule the k-samplers run as sgm's do (see sample()).
@@ -67,10 +67,6 @@ struct SamplerSettings {
 // k-samplers); DDIM follows Stability-AI's ddim.py v branch.
 at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noise,
                   const std::vector<float>& alphas_cumprod, at::Generator& gen, const StepFn& on_step = nullptr);
-
-// Eps models with the CompVis samplers (kept for callers that predate the settings).
-at::Tensor sample(const std::string& sampler, const EpsFn& eps, at::Tensor x, const std::vector<float>& alphas_cumprod,
-                  int steps, at::Generator& gen, const StepFn& on_step = nullptr);
 
 // k-diffusion pieces, exposed for tests (all float32 tensor ops, as the reference).
 // sigma_i = sqrt((1 - a_i) / a_i) for the model's alphas_cumprod, i = 0..T-1.

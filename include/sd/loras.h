@@ -1,11 +1,11 @@
-// AUTOMATIC1111's LoRA prompt tags: <lora:NAME>, <lora:NAME:WEIGHT>,
-// <lora:NAME:TE_WEIGHT:UNET_WEIGHT> (or te=W / unet=W). The tags choose which
-// LoRA files are merged into the model; the text encoder never sees them.
+// LoRA on the run side: AUTOMATIC1111's prompt tags <lora:NAME>, <lora:NAME:WEIGHT>,
+// <lora:NAME:TE_WEIGHT:UNET_WEIGHT> (or te=W / unet=W), and --lora FILE[:WEIGHT].
+// They choose which LoRA files are merged into the model; the text encoder never sees the tags.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "sd/pipeline.h"
+#include "sd/settings.h"
 
 namespace sd {
 

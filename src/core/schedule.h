@@ -35,7 +35,7 @@ std::vector<int> lcm_timesteps(int steps, int num_train_timesteps);
 // e.g. 10 -> 999, 899, ..., 99. Requires 1 <= steps <= T.
 std::vector<int> sgm_timesteps(int steps, int num_train_timesteps);
 
-// Steps a sampler really runs with a schedule (sd/samplers.h's sampler_step_count
+// Steps a sampler really runs with a schedule (sd/sampler_catalog.h's sampler_step_count
 // for the default one). Throws sd::Error when the count cannot run.
 int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, int num_train_timesteps);
 

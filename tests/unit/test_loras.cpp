@@ -1,4 +1,4 @@
-// A1111's <lora:NAME:W> prompt tags (text/lora_tags.h), --lora FILE[:W], and
+// A1111's <lora:NAME:W> prompt tags (sd/loras.h), --lora FILE[:W], and
 // what a run's plan makes of them: LoRA sets per prompt, batches that never
 // mix sets, and the PNG text (run/batch_plan.h).
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include "run/batch_plan.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
-#include "text/lora_tags.h"
+#include "sd/loras.h"
 
 TEST(LoraTags, FoundInOrderWithTheirWeights) {
     const auto tags = sd::find_lora_tags("a <lora:one> cat <lora: two :0.5>, <lora:three:0.3:0.9> <lora:four:unet=0.2:te=0.1>", "p");

@@ -1,4 +1,4 @@
-#include "text/lora_tags.h"
+#include "sd/loras.h"
 
 #include <cctype>
 #include <cmath>

@@ -1,0 +1,48 @@
+// Classifier-free guidance: the UNet rows of one sampler step. With guidance
+// each image runs twice, unconditional rows first, then conditional ones
+// (CompVis' cat([uc, c])), and the two outputs combine as e_u + s (e_c - e_u).
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include <ATen/ATen.h>
+
+namespace sd {
+
+// The UNet over some rows: latents, timesteps, the matching text context rows
+// and, for SDXL, the vector rows (undefined otherwise). Returns fp32 on the CPU.
+using UnetFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
+                                        const at::Tensor& y)>;
+
+// What the UNet is conditioned on, one row per image for each side; the
+// unconditional side is undefined at scale 1 (no guidance); y only for SDXL.
+struct UnetConditioning {
+    at::Tensor cond, uncond;
+    at::Tensor cond_y, uncond_y;
+};
+
+// e_u + scale * (e_c - e_u): the guided output of the two halves.
+at::Tensor guide(const at::Tensor& uncond_out, const at::Tensor& cond_out, double scale);
+
+// The sampler's model function over a guided (or unguided) UNet, run in passes
+// of at most rows_per_pass rows so the activations fit the memory plan.
+class Guidance {
+public:
+    Guidance(UnetFn unet, const UnetConditioning& text, double scale, int64_t rows_per_pass);
+    bool guided() const { return guided_; }
+    // The guided output for x at timesteps t (one per image).
+    at::Tensor operator()(const at::Tensor& x, const at::Tensor& t);
+    long long evaluations() const { return evaluations_; }
+    long long rows() const { return rows_; }  // UNet rows run, two per image when guided
+
+private:
+    at::Tensor run(const at::Tensor& x, const at::Tensor& t) const;
+    UnetFn unet_;
+    at::Tensor context_, y_;
+    double scale_;
+    int64_t rows_per_pass_;
+    bool guided_;
+    long long evaluations_ = 0, rows_ = 0;
+};
+
+}  // namespace sd

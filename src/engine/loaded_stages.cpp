@@ -1,0 +1,160 @@
+#include "engine/loaded_stages.h"
+
+#include <torch/cuda.h>
+
+#include "engine/lora_merge.h"
+#include "engine/runtime.h"
+#include "engine/stage_loader.h"
+#include "engine/vae_override.h"
+#include "io/fs_util.h"
+#include "io/weight_file.h"
+#include "sd/error.h"
+
+namespace sd {
+
+namespace {
+
+at::ScalarType dtype_named(const std::string& name) {
+    if (name == "fp16") return at::kHalf;
+    if (name == "bf16") return at::kBFloat16;
+    return at::kFloat;
+}
+
+std::string cuda_device(const std::string& flag, const std::string& dev) {
+    const std::string index = dev.size() > 5 ? dev.substr(5) : "0";
+    if (index.empty() || index.size() > 3 || index.find_first_not_of("0123456789") != std::string::npos)
+        throw Error("unknown --device '" + flag + "' (auto, cpu, cuda or cuda:N)");
+    if (!torch::cuda::is_available())
+        throw Error("--device " + flag + ": no CUDA GPU is available (this LibTorch is built for CPU only, "
+                    "or no GPU is visible); use --device cpu");
+    if (std::stoi(index) >= static_cast<int>(torch::cuda::device_count()))
+        throw Error("--device " + flag + ": there are only " + std::to_string(torch::cuda::device_count()) +
+                    " CUDA devices");
+    return "cuda:" + std::to_string(std::stoi(index));
+}
+
+}  // namespace
+
+ComputeChoice resolve_compute(const PipelineOptions& o) {
+    ComputeChoice c;
+    const std::string dev = o.device == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : o.device;
+    if (dev == "cuda" || dev.rfind("cuda:", 0) == 0) c.device = cuda_device(o.device, dev);
+    else if (dev != "cpu") throw Error("unknown --device '" + o.device + "' (auto, cpu, cuda or cuda:N)");
+    const bool cpu = c.device == "cpu";
+    c.precision = o.precision == "auto" ? (cpu ? "fp32" : "fp16") : o.precision;
+    if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16")
+        throw Error("unknown --precision '" + o.precision + "' (auto, fp32, fp16 or bf16)");
+    if (cpu && c.precision == "fp16")
+        throw Error("--precision fp16 is not available on CPU: LibTorch 1.13 has no fp16 convolution kernels on CPU; "
+                    "use --precision fp32 (--weights fp16 still halves the weights)");
+    if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16")
+        throw Error("unknown --weights '" + o.weights + "' (auto, fp32 or fp16)");
+    c.weights = o.weights == "auto" ? c.precision : o.weights;
+    return c;
+}
+
+LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& config, const ComputeChoice& compute,
+                           StageTimes& times)
+    : config_(config), model_dir_(options.model_dir), times_(times), device_(compute.device),
+      compute_type_(dtype_named(compute.precision)), held_type_(dtype_named(compute.weights)) {}
+
+torch::jit::Module& LoadedStages::text_encoder() { return load(text_encoder_, config_.text_encoder_path, &times_.text_load); }
+torch::jit::Module& LoadedStages::text_encoder_2() {
+    return load(text_encoder_2_, config_.text_encoder_2_path, &times_.text_load);
+}
+torch::jit::Module& LoadedStages::unet() { return load(unet_, config_.unet_path, &times_.unet_load); }
+torch::jit::Module& LoadedStages::vae_decoder() { return load(vae_decoder_, config_.vae_decoder_path, &times_.vae_load); }
+
+void LoadedStages::release_text_encoders() {
+    release(text_encoder_);
+    release(text_encoder_2_);
+}
+void LoadedStages::release_unet() { release(unet_); }
+void LoadedStages::release_vae_decoder() { release(vae_decoder_); }
+
+at::Tensor LoadedStages::to_device(const at::Tensor& t) const {
+    return t.is_floating_point() ? t.to(device_, compute_type_) : t.to(device_);
+}
+
+// The text encoders always hold fp32 weights: they run alone, before the UNet.
+at::ScalarType LoadedStages::weight_type(const std::string& path) const {
+    return path == config_.text_encoder_path || path == config_.text_encoder_2_path ? at::kFloat : held_type_;
+}
+
+// oneDNN's layout is for fp32 on a CPU only.
+bool LoadedStages::prepack_applies(const std::string& path) const {
+    return device_.is_cpu() && compute_type_ == at::kFloat && weight_type(path) == at::kFloat;
+}
+
+torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, double* seconds) {
+    if (slot) return *slot;
+    const double start = seconds_since_process_start();
+    const bool vae = path == config_.vae_decoder_path && !vae_override_.empty();
+    const std::string lora_stage = path == config_.unet_path            ? "unet"
+                                   : path == config_.text_encoder_path ? "text_encoder"
+                                                                        : "";
+    StageEdit edit = nullptr;
+    if (!lora_stage.empty() && !merged_loras_.empty()) {
+        std::vector<LoraMerge> merges;
+        for (const auto& use : merged_loras_) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
+        edit = [lora_stage, merges](torch::jit::Module& m) { merge_loras(m, lora_stage, merges); };
+    }
+    slot = load_stage(path, weight_type(path), device_, vae ? &vae_override_ : nullptr, edit);
+    if (prepack_ && prepack_applies(path)) {
+        prepack_convolutions(*slot);
+        if (path == config_.unet_path) unet_packed_ = true;
+    }
+    *seconds += seconds_since_process_start() - start;
+    return *slot;
+}
+
+void LoadedStages::release(Slot& slot) {
+    if (&slot == &unet_) unet_packed_ = false;
+    slot.reset();
+    release_free_memory();
+}
+
+void LoadedStages::set_vae_override(const std::string& path) {
+    // Read as inference tensors, so the stage (loaded inside the run's
+    // InferenceMode) takes them as they are: one copy of the VAE, not two.
+    c10::InferenceMode guard;
+    vae_override_ = read_vae_override(path, weight_file_for(config_.vae_decoder_path));
+}
+
+void LoadedStages::use_loras(const std::vector<LoraUse>& loras) {
+    if (loras == merged_loras_) return;
+    release(text_encoder_);
+    release(text_encoder_2_);
+    release(unet_);
+    merged_loras_ = loras;
+}
+
+const LoraFile& LoadedStages::lora_file(const LoraUse& use) const {
+    if (auto it = lora_files_.find(use.path); it != lora_files_.end()) return it->second;
+    if (!lora_targets_) {
+        LoraTargets t;
+        for (auto [path, index] :
+             {std::pair{&config_.unet_path, &t.unet}, std::pair{&config_.text_encoder_path, &t.text_encoder}}) {
+            if (!file_exists(weight_file_for(*path)))
+                throw Error("LoRA needs a model exported with .weights files; re-export " + model_dir_);
+            *index = read_weight_index(weight_file_for(*path));
+        }
+        lora_targets_ = std::move(t);
+    }
+    try {
+        return lora_files_.emplace(use.path, read_lora(use.path, *lora_targets_)).first->second;
+    } catch (const Error& e) {
+        if (use.where == "--lora" || use.where.empty()) throw;
+        throw Error(use.where + ": " + e.what() + " (named by the prompt's <lora:" + use.name + "> tag)");
+    }
+}
+
+std::pair<double, double> LoadedStages::lora_bytes(const std::vector<LoraUse>& loras) const {
+    if (loras.empty()) return {0, 0};
+    std::vector<const LoraFile*> files;
+    for (const auto& use : loras) files.push_back(&lora_file(use));
+    return {lora_footprint(files, lora_targets_->text_encoder, "text_encoder").total(),
+            lora_footprint(files, lora_targets_->unet, "unet").total()};
+}
+
+}  // namespace sd

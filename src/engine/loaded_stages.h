@@ -1,0 +1,87 @@
+// The model's TorchScript stages as the run holds them: loaded on first use,
+// released when the memory plan says so, held in the weight type and on the
+// device chosen once (resolve_compute), with the batch's LoRAs merged into
+// the text encoder and UNet and --vae's tensors into the VAE decoder.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "io/lora_keys.h"
+#include "sd/pipeline.h"
+
+namespace sd {
+
+// Resolves --device, --precision and --weights, or throws sd::Error naming
+// what cannot run here.
+ComputeChoice resolve_compute(const PipelineOptions& o);
+
+class LoadedStages {
+public:
+    LoadedStages(const PipelineOptions& options, const ModelConfig& config, const ComputeChoice& compute,
+                 StageTimes& times);
+
+    const ModelConfig& config() const { return config_; }
+    const c10::Device& device() const { return device_; }
+    at::ScalarType held_type() const { return held_type_; }
+    at::ScalarType compute_type() const { return compute_type_; }
+
+    // Each stage, loaded now if it is not (the load's seconds go to StageTimes).
+    torch::jit::Module& text_encoder();
+    torch::jit::Module& text_encoder_2();  // SDXL's second (OpenCLIP bigG)
+    torch::jit::Module& unet();
+    torch::jit::Module& vae_decoder();
+    bool unet_loaded() const { return unet_.has_value(); }
+
+    void release_text_encoders();
+    void release_unet();
+    void release_vae_decoder();
+
+    // Stage inputs go to the device in the compute dtype; outputs come back as
+    // fp32 on the CPU, where the sampler and its generator live (so a seed
+    // gives the same start noise on every device). On a CPU in fp32 both are no-ops.
+    at::Tensor to_device(const at::Tensor& t) const;
+    static at::Tensor to_host(const at::Tensor& t) { return t.to(at::kCPU, at::kFloat); }
+
+    // --prepack for the stages loaded next (the plan's choice), whether it can
+    // apply to the UNet at all, and whether the UNet that stays loaded was packed
+    // (later plans must count it as it is).
+    void set_prepack(bool on) { prepack_ = on; }
+    bool prepack_applies_to_unet() const { return prepack_applies(config_.unet_path); }
+    bool unet_packed() const { return unet_packed_; }
+
+    // --vae: a standalone VAE's decoder tensors, read and checked now.
+    void set_vae_override(const std::string& path);
+
+    // LoRA: the batch's set, merged as the text encoder and UNet load; another
+    // set than the loaded one releases both.
+    void use_loras(const std::vector<LoraUse>& loras);
+    // A LoRA file's modules, read once, mapped onto this model's weight files and checked against them.
+    const LoraFile& lora_file(const LoraUse& use) const;
+    // The extra bytes these LoRAs' merged weights take in each stage.
+    std::pair<double, double> lora_bytes(const std::vector<LoraUse>& loras) const;
+
+private:
+    using Slot = std::optional<torch::jit::Module>;
+    torch::jit::Module& load(Slot& slot, const std::string& path, double* seconds);
+    void release(Slot& slot);
+    at::ScalarType weight_type(const std::string& path) const;
+    bool prepack_applies(const std::string& path) const;
+
+    const ModelConfig& config_;
+    std::string model_dir_;
+    StageTimes& times_;
+    c10::Device device_ = c10::kCPU;
+    at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
+    Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_;
+    bool prepack_ = false, unet_packed_ = false;
+    std::map<std::string, at::Tensor> vae_override_;
+    std::vector<LoraUse> merged_loras_;
+    mutable std::map<std::string, LoraFile> lora_files_;
+    mutable std::optional<LoraTargets> lora_targets_;
+};
+
+}  // namespace sd
