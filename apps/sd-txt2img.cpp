@@ -146,7 +146,7 @@ struct Flags {
     int batch_size = 0, threads = 0;
     std::vector<std::string> embeddings;  // textual inversion (issue 19)
     std::string embeddings_dir;
-    // Decoders and VAE weights at run time (README "Fast images on a CPU").
+    // Decoders and VAE weights at run time (docs/community-models.md "TAESD and a standalone VAE").
     std::string vae_decoder, preview_decoder, vae;
     int preview = 0;
     sd::Txt2ImgJob job;  // the flags that map onto it directly
@@ -195,7 +195,7 @@ void add_flags(CLI::App& app, Flags& f) {
                    "append one JSON line per written image (index, prompt, seed, parameters, model hash, path, status)");
     app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
-    // Memory: see README "Memory". Unset choices are left to the planner.
+    // Memory: see docs/memory.md and docs/cli.md. Unset choices are left to the planner.
     app.add_option("--attention", f.attention, "auto, fused, full, per-head or chunked[:N]")->capture_default_str();
     app.add_option("--max-memory", f.max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
     app.add_option("--prepack", f.prepack,
@@ -221,7 +221,7 @@ void add_flags(CLI::App& app, Flags& f) {
                    "a textual-inversion embedding (.safetensors, .pt, .bin); its trigger word is the file name without "
                    "extension (diffusers' learned_embeds: its token); repeatable");
     app.add_option("--embeddings-dir", f.embeddings_dir, "load every embedding file in this folder (A1111's embeddings folder)");
-    // Decoders and VAE weights at run time (README "Fast images on a CPU").
+    // Decoders and VAE weights at run time (docs/community-models.md "TAESD and a standalone VAE").
     app.add_option("--vae-decoder", f.vae_decoder,
                    "taesd:FILE: decode with TAESD (taesd_decoder.pth / .safetensors, or a diffusers AutoencoderTiny "
                    "folder) instead of the model's VAE: much faster, slightly less detail");
@@ -235,10 +235,10 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--tokenize", f.tokenize, "print each prompt's 77 token ids as a JSON array and exit");
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
     app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
-    // LoRA: merged into the text encoder and UNet at load (README "Flags").
+    // LoRA: merged into the text encoder and UNet at load (docs/community-models.md "LoRA").
     app.add_option("--lora", f.loras, "merge a LoRA .safetensors: FILE[:WEIGHT] (repeatable, in order; weight 1 by default)");
     app.add_option("--lora-dir", job.lora_dir, "folder where a prompt's <lora:NAME:WEIGHT> tag finds NAME.safetensors");
-    // SDXL's size conditioning (README "SDXL").
+    // SDXL's size conditioning (docs/export.md "SDXL").
     app.add_option("--original-size", f.original_size,
                    "SDXL: the size the picture is said to come from, WIDTHxHEIGHT (default: the image size)");
     app.add_option("--crop-coords", f.crop_coords, "SDXL: the crop's top-left corner, TOP,LEFT in pixels (default: 0,0)");

@@ -1,4 +1,4 @@
-// The entry points of libsd_engine.so, which engine.cpp looks up by name.
+// The entry points of libsd_engine.so, which src/run/engine_loader.cpp looks up by name.
 #include "engine/operators.h"
 #include "sd/engine.h"
 

@@ -74,7 +74,7 @@ Error refused_code(const std::string& pt_path, const std::string& what) {
 
 // Loading a .pt runs its code (a scripted __setstate__ runs inside torch::jit::load), so
 // its code/ records are read first and every operation they name must be one this tool's
-// export emits (src/code_check.h). LibTorch finds records whatever their case, so every
+// export emits (src/io/code_check.h). LibTorch finds records whatever their case, so every
 // record that could be code is read, and names that differ only in case are refused.
 void check_archive_code(caffe2::serialize::PyTorchStreamReader& reader, const std::string& pt_path) {
     std::unordered_set<std::string> seen;

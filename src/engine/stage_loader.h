@@ -27,7 +27,7 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = 
 
 // The checks load_stage makes on a stage's files, without loading them (the .pt's
 // archive directory, its code against the operations this tool's export emits
-// (src/code_check.h), its recorded parameter shapes, the .weights header):
+// (src/io/code_check.h), its recorded parameter shapes, the .weights header):
 // milliseconds, so every stage is checked before the first one runs and a
 // broken VAE file is not found only after sampling. Throws sd::Error.
 void check_stage_files(const std::string& path);

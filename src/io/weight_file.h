@@ -2,7 +2,7 @@
 // beside its TorchScript file, in STAGE.weights (the safetensors layout), so
 // that they can be mapped from the page cache instead of being copied into
 // fresh memory (docs/model-format.md). This part only reads and checks the
-// header; model.cpp maps the tensors.
+// header; engine/stage_loader.cpp maps the tensors.
 #pragma once
 #include <cstdint>
 #include <string>

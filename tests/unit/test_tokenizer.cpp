@@ -1,5 +1,5 @@
-// Tests of the CLIP tokenizer (src/tokenizer.*) and its prompt clean-up
-// (src/text_clean.*) against the reference fixtures and reference-made data.
+// Tests of the CLIP tokenizer (include/sd/tokenizer.h, src/text/tokenizer.cpp) and its prompt clean-up
+// (src/text/text_clean.*) against the reference fixtures and reference-made data.
 #include <gtest/gtest.h>
 
 #include <chrono>
