@@ -48,6 +48,7 @@ struct PipelineOptions {
 // in a prompt, and A1111's short hash of its file (PNG text "TI hashes").
 struct EmbeddingInfo {
     std::string trigger, hash;
+    std::string path;  // the file it was read from (--from-png names it when its hash differs)
 };
 
 // Peak resident memory measured while each stage ran (bytes; 0 if it did not run).

@@ -455,7 +455,7 @@ const StagePeaks& TorchPipeline::measured() const {
 const StageTimes& TorchPipeline::timings() const { return impl_->times; }
 std::vector<EmbeddingInfo> TorchPipeline::embeddings() const {
     std::vector<EmbeddingInfo> out;
-    for (const auto& e : impl_->embeddings) out.push_back({e.trigger, e.hash});
+    for (const auto& e : impl_->embeddings) out.push_back({e.trigger, e.hash, e.path});
     return out;
 }
 

@@ -1,16 +1,16 @@
 #include "sd/from_png.h"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/fs_util.h"
 #include "io/png_text.h"
 #include "run/batch_plan.h"
 #include "sd/error.h"
+#include "sd/prompts.h"
 #include "sd/samplers.h"
 #include "sd/value_rules.h"
 
@@ -67,18 +67,22 @@ int64_t whole(const std::string& key, const std::string& value, WholeRange r, co
     return check_whole(where + ": \"" + key + "\"", v, r);
 }
 
-// The names of a "TI hashes" value, "name: hash, name: hash".
-std::vector<std::string> ti_hash_names(const std::string& value) {
-    std::vector<std::string> names;
+// The entries of a "TI hashes" or "Lora hashes" value, "name: hash, name: hash".
+std::vector<RecordedHash> hash_list(const std::string& value) {
+    std::vector<RecordedHash> out;
     for (size_t start = 0; start < value.size();) {
         size_t end = value.find(", ", start);
         if (end == std::string::npos) end = value.size();
         const std::string entry = value.substr(start, end - start);
         const size_t colon = entry.rfind(':');
-        if (colon != std::string::npos && colon > 0) names.push_back(entry.substr(0, colon));
+        if (colon != std::string::npos && colon > 0) {
+            RecordedHash h{entry.substr(0, colon), entry.substr(colon + 1)};
+            while (!h.hash.empty() && h.hash.front() == ' ') h.hash.erase(0, 1);
+            out.push_back(std::move(h));
+        }
         start = end + 2;
     }
-    return names;
+    return out;
 }
 
 }  // namespace
@@ -96,6 +100,10 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         r.prompt += (k ? "\n" : "") + lines[k];
     for (size_t n = k; n + 1 < lines.size(); ++n)
         r.negative_prompt += (n == k ? lines[n].substr(17) : "\n" + lines[n]);
+
+    // The rules --prompt and prompt files follow, before anything loads.
+    check_prompt_text(r.prompt, where + ": the prompt");
+    check_prompt_text(r.negative_prompt, where + ": the negative prompt");
 
     const auto kv = split_settings(lines.back(), where);
     for (const auto& [key, value] : kv) {
@@ -130,7 +138,8 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Batch position") r.batch_position = static_cast<int>(whole(key, value, {0, kSamplesRange.hi}, where));
         else if (key == "Batch number") r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
         else if (key == "Clip skip") r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
-        else if (key == "TI hashes") r.embeddings = ti_hash_names(value);
+        else if (key == "TI hashes") r.embeddings = hash_list(value);
+        else if (key == "Lora hashes") r.loras = hash_list(value);
         else if (key == "Model") r.model = value;
         else if (key == "Version") r.version = value;
         // Other tools' keys (Model hash, ...) decide nothing here.
@@ -139,14 +148,12 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
 }
 
 RecordedImage read_recorded_image(const std::string& png_path) {
-    std::ifstream in(png_path, std::ios::binary);
-    if (!in) throw Error("--from-png: cannot read " + png_path);
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = read_file_capped(png_path, kMaxRecordedPngBytes, "--from-png");
     std::map<std::string, std::string> texts;
     try {
-        texts = png_read_text(bytes);
+        texts = png_read_text(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     } catch (const Error& e) {
-        throw Error("--from-png: " + png_path + " is not a readable PNG (" + e.what() + ")");
+        throw Error("--from-png " + png_path + " is not a readable PNG: " + e.what());
     }
     const auto it = texts.find("parameters");
     if (it == texts.end()) throw Error("--from-png: " + png_path + " carries no \"parameters\" text");
