@@ -27,8 +27,14 @@ std::optional<long long> env_number(const char* name) {
     return n;
 }
 
+// More shards than this is a mistake (a prompt file holds at most a million prompts).
+constexpr long long kMaxShards = 1000000;
+
 Shard checked(long long k, long long n, const std::string& from) {
-    if (n < 1 || n > 1000000 || k < 0 || k >= n)
+    if (n > kMaxShards)
+        throw Error("--shard auto: " + from + " gives " + std::to_string(n) + " shards; the limit is " +
+                    std::to_string(kMaxShards));
+    if (n < 1 || k < 0 || k >= n)
         throw Error("--shard auto: " + from + " gives shard " + std::to_string(k) + "/" + std::to_string(n) +
                     "; need 0 <= K < N");
     return Shard{static_cast<int>(k), static_cast<int>(n)};
@@ -75,6 +81,7 @@ Shard parse_shard(const std::string& text) {
     } catch (const std::logic_error&) {
         throw Error("--shard must be K/N (e.g. 0/4) or auto, got \"" + text + "\"");
     }
+    if (s.n > kMaxShards) throw Error("--shard " + text + ": N is at most " + std::to_string(kMaxShards));
     if (s.n < 1 || s.k < 0 || s.k >= s.n) throw Error("--shard " + text + ": need 0 <= K < N");
     return s;
 }
