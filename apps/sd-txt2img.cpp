@@ -469,7 +469,8 @@ void hash_mismatch(const Flags& f, const std::string& png, const std::string& fi
     const std::string m = png + " records " + file + " with hash " + shown(recorded) + ", but the file's hash is now " + now;
     if (!f.ignore_hash_mismatch)
         throw sd::Error(m + ": the remake would differ (--ignore-hash-mismatch remakes it anyway)");
-    if (!f.quiet) std::cerr << "sd-txt2img: warning: " << m << "; remaking it with the file as it is" << std::endl;
+    // A warning, not a note: shown with --quiet too, which silences progress.
+    std::cerr << "sd-txt2img: warning: " << m << "; remaking it with the file as it is" << std::endl;
 }
 
 // Before the model loads: each PNG's job is whole (its prompt's tags, its

@@ -76,7 +76,7 @@ TEST(Shard, CountOverTheCapNamesTheCap) {
     const std::string m = error_of([] { sd::parse_shard("auto"); });
     ::unsetenv("JOB_COMPLETION_INDEX");
     ::unsetenv("SD_SHARD_COUNT");
-    EXPECT_NE(m.find("gives 2000000 shards; the limit is 1000000"), std::string::npos) << m;
+    EXPECT_NE(m.find("SD_SHARD_COUNT gives 2000000 shards; the limit is 1000000"), std::string::npos) << m;
 }
 
 // --manifest: an existing non-manifest file and an image's name in --outdir are refused.
