@@ -301,16 +301,18 @@ TEST(ManifestPathCli, NonManifestTargetsAreRefusedBeforeWriting) {
     const std::string dir = sdtest::temp_dir();
     const std::string out = outdir_with_a_file(dir);
     write_itxt_png(out + "/00001.png", "a cat\n" + kPerImage);
+    write_itxt_png(dir + "/photo.png", "a cat\n" + kPerImage);
     ASSERT_EQ(mkfifo((dir + "/fifo.jsonl").c_str(), 0600), 0);
     for (const auto& [manifest, says] : std::vector<std::pair<std::string, std::string>>{
-             {out + "/00001.png", "00001.png is a file but not a manifest"},
+             {out + "/00001.png", "00001.png is a name the run's images take in --outdir"},
+             {dir + "/photo.png", "photo.png is a file but not a manifest"},
              {out + "/00000.png", "00000.png is a name the run's images take in --outdir"},
              {dir + "/fifo.jsonl", "fifo.jsonl is a FIFO"}}) {
         SCOPED_TRACE(manifest);
-        const auto before = snapshot(out);
+        const auto before = snapshot(dir);
         const auto r = run_bounded(tool(out, tiny(), {"--prompt", "a cat", "--seed-mode", "per-image", "--skip-existing",
                                                       "--manifest", manifest}));
-        expect_refused(r, says, before, out);
+        expect_refused(r, says, before, dir);
         EXPECT_FALSE(fs::exists(out + "/00000.png"));
     }
 }
