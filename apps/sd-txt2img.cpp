@@ -399,16 +399,6 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
     job.embeddings = pipeline.embeddings();  // for the PNG text's "TI hashes"
 }
 
-// A value from a file in a message: at most 60 bytes, control characters as '?', so that one line stays one line.
-std::string shown(const std::string& text) {
-    std::string out;
-    for (char c : text) out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
-    if (out.size() <= 60) return out;
-    size_t cut = 57;
-    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) --cut;  // not inside a UTF-8 character
-    return out.substr(0, cut) + "...";
-}
-
 // Every --from-png file read and its prompt checked, before the model loads.
 void read_recorded_images(Flags& f) {
     for (const auto& path : f.from_png) f.recorded.push_back(sd::read_recorded_image(path));
@@ -466,7 +456,7 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
 // or under --ignore-hash-mismatch a warning.
 void hash_mismatch(const Flags& f, const std::string& png, const std::string& file, const std::string& recorded,
                    const std::string& now) {
-    const std::string m = png + " records " + file + " with hash " + shown(recorded) + ", but the file's hash is now " + now;
+    const std::string m = png + " records " + file + " with hash " + sd::text_excerpt(recorded) + ", but the file's hash is now " + now;
     if (!f.ignore_hash_mismatch)
         throw sd::Error(m + ": the remake would differ (--ignore-hash-mismatch remakes it anyway)");
     // A warning, not a note: shown with --quiet too, which silences progress.
@@ -497,7 +487,7 @@ void check_png_jobs(const CLI::App& app, const Flags& f) {
 void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, const Flags& f, const std::string& path,
                              const sd::RecordedImage& rec, const sd::Txt2ImgJob& job) {
     if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
-        std::cerr << "sd-txt2img: note: " << path << " was made with model " << shown(rec.model) << ", remaking it with "
+        std::cerr << "sd-txt2img: note: " << path << " was made with model " << sd::text_excerpt(rec.model) << ", remaking it with "
                   << job.model_name << std::endl;
     std::vector<std::string> missing;  // "TI hashes": an embedding not loaded changes the image
     for (const auto& h : rec.embeddings) {
@@ -508,7 +498,7 @@ void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, 
     }
     if (!missing.empty() && !f.quiet) {
         std::string names;
-        for (size_t k = 0; k < missing.size() && k < 3; ++k) names += (k ? ", \"" : "\"") + shown(missing[k]) + "\"";
+        for (size_t k = 0; k < missing.size() && k < 3; ++k) names += (k ? ", \"" : "\"") + sd::text_excerpt(missing[k]) + "\"";
         if (missing.size() > 3) names += " and " + std::to_string(missing.size() - 3) + " more";
         std::cerr << "sd-txt2img: note: " << path << " was made with the embedding" << (missing.size() > 1 ? "s " : " ")
                   << names << ", not loaded now (--embedding or --embeddings-dir): the remake will differ" << std::endl;

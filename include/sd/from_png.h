@@ -37,6 +37,10 @@ struct RecordedImage {
     std::string model, version;
 };
 
+// Text from a file as a message shows it: at most 60 bytes, control characters
+// as '?', so that a crafted value can neither flood the terminal nor break the one line.
+std::string text_excerpt(const std::string& text);
+
 // Parses a "parameters" text; `where` names its source in errors. Throws
 // sd::Error for a text without the settings line or with a malformed value,
 // and for a prompt or negative prompt that breaks a prompt rule (check_prompt_text).

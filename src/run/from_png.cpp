@@ -26,7 +26,7 @@ std::map<std::string, std::string> split_settings(const std::string& line, const
         while (i < line.size() && (line[i] == ' ' || line[i] == ',')) ++i;
         if (i >= line.size()) break;
         const size_t colon = line.find(':', i);
-        if (colon == std::string::npos) throw Error(where + ": setting without ':' in \"" + line.substr(i) + "\"");
+        if (colon == std::string::npos) throw Error(where + ": setting without ':' in \"" + text_excerpt(line.substr(i)) + "\"");
         const std::string key = line.substr(i, colon - i);
         i = colon + 1;
         while (i < line.size() && line[i] == ' ') ++i;
@@ -35,11 +35,11 @@ std::map<std::string, std::string> split_settings(const std::string& line, const
             // A JSON string: find its closing quote, skipping escaped characters.
             size_t j = i + 1;
             while (j < line.size() && line[j] != '"') j += line[j] == '\\' ? 2 : 1;
-            if (j >= line.size()) throw Error(where + ": unterminated quoted value of \"" + key + "\"");
+            if (j >= line.size()) throw Error(where + ": unterminated quoted value of \"" + text_excerpt(key) + "\"");
             try {
                 value = nlohmann::json::parse(line.substr(i, j + 1 - i)).get<std::string>();
             } catch (const nlohmann::json::exception&) {
-                throw Error(where + ": malformed quoted value of \"" + key + "\"");
+                throw Error(where + ": malformed quoted value of \"" + text_excerpt(key) + "\"");
             }
             i = j + 1;
         } else {
@@ -63,7 +63,7 @@ int64_t whole(const std::string& key, const std::string& value, WholeRange r, co
         used = 0;
     }
     if (used == 0 || used != value.size())
-        throw Error(where + ": \"" + key + "\" must be a whole number, got \"" + value + "\"");
+        throw Error(where + ": \"" + key + "\" must be a whole number, got \"" + text_excerpt(value) + "\"");
     return check_whole(where + ": \"" + key + "\"", v, r);
 }
 
@@ -86,6 +86,15 @@ std::vector<RecordedHash> hash_list(const std::string& value) {
 }
 
 }  // namespace
+
+std::string text_excerpt(const std::string& text) {
+    std::string out;
+    for (char c : text.substr(0, 64)) out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    if (text.size() <= 60) return out;
+    size_t cut = 57;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) --cut;  // not inside a UTF-8 character
+    return out.substr(0, cut) + "...";
+}
 
 RecordedImage parse_parameters_text(const std::string& text, const std::string& where) {
     std::vector<std::string> lines;
@@ -111,27 +120,27 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Sampler") {
             for (const auto& s : samplers())
                 if (s.a1111_name == value || s.name == value) r.sampler = s.name;
-            if (!r.sampler) throw Error(where + ": unknown sampler \"" + value + "\" (this tool has " + sampler_choices() + ")");
+            if (!r.sampler) throw Error(where + ": unknown sampler \"" + text_excerpt(value) + "\" (this tool has " + sampler_choices() + ")");
         } else if (key == "Schedule type") {
             r.schedule = schedule_from_a1111_name(value);
-            if (r.schedule->empty()) throw Error(where + ": unknown schedule type \"" + value + "\"");
+            if (r.schedule->empty()) throw Error(where + ": unknown schedule type \"" + text_excerpt(value) + "\"");
         } else if (key == "CFG scale") {
             char* end = nullptr;
             const double v = std::strtod(value.c_str(), &end);
             if (value.empty() || *end != '\0' || !std::isfinite(v))
-                throw Error(where + ": \"CFG scale\" must be a number, got \"" + value + "\"");
+                throw Error(where + ": \"CFG scale\" must be a number, got \"" + text_excerpt(value) + "\"");
             r.scale = check_scale(where + ": \"CFG scale\"", v);
-        } else if (key == "Seed") r.seed = parse_seed(where + ": \"Seed\"", value);
+        } else if (key == "Seed") r.seed = parse_seed(where + ": \"Seed\"", text_excerpt(value));
         else if (key == "Size") {
             const size_t x = value.find('x');
-            if (x == std::string::npos) throw Error(where + ": \"Size\" must be WIDTHxHEIGHT, got \"" + value + "\"");
+            if (x == std::string::npos) throw Error(where + ": \"Size\" must be WIDTHxHEIGHT, got \"" + text_excerpt(value) + "\"");
             r.width = static_cast<int>(whole(key, value.substr(0, x), kSideRange, where));
             r.height = static_cast<int>(whole(key, value.substr(x + 1), kSideRange, where));
         } else if (key == "Seed mode") {
-            if (value != "compvis" && value != "per-image") throw Error(where + ": unknown seed mode \"" + value + "\"");
+            if (value != "compvis" && value != "per-image") throw Error(where + ": unknown seed mode \"" + text_excerpt(value) + "\"");
             r.seed_mode = value;
         } else if (key == "Prompt syntax") {
-            if (value != "a1111" && value != "plain") throw Error(where + ": unknown prompt syntax \"" + value + "\"");
+            if (value != "a1111" && value != "plain") throw Error(where + ": unknown prompt syntax \"" + text_excerpt(value) + "\"");
             r.prompt_syntax = value;
         } else if (key == "Image index") r.index = static_cast<int>(whole(key, value, {0, 1000000}, where));
         else if (key == "Batch size") r.batch_size = static_cast<int>(whole(key, value, kSamplesRange, where));

@@ -104,3 +104,15 @@ TEST(ManifestPath, OnlyAManifestOrANewNameOutsideTheImages) {
     EXPECT_TRUE(sd::manifest_has_records(dir + "/m.jsonl"));
     EXPECT_NO_THROW(sd::check_manifest_path(dir + "/elsewhere.png", out));  // not where images go
 }
+
+// A value echoed from the file is cut short, its control characters shown as '?'.
+TEST(RecordedText, EchoedValuesAreShortAndPrintable) {
+    const std::string m = error_of([] {
+        sd::parse_parameters_text("a\nSteps: 2, Sampler: \x1b[2J" + std::string(100000, 'x'), "x.png");
+    });
+    EXPECT_NE(m.find("x.png: unknown sampler \"?[2Jxxx"), std::string::npos) << m.substr(0, 300);
+    EXPECT_EQ(m.find('\x1b'), std::string::npos);
+    EXPECT_LT(m.size(), 400u);
+    EXPECT_EQ(sd::text_excerpt("caf\xc3\xa9"), "caf\xc3\xa9");
+    EXPECT_EQ(sd::text_excerpt(std::string(56, 'a') + "\xc3\xa9" + std::string(10, 'b')), std::string(56, 'a') + "...");
+}
