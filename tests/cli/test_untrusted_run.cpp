@@ -159,6 +159,8 @@ TEST(FromPngHostile, SpecialFilesAndBadTextGiveOneLine) {
     write_itxt_png(dir + "/latin.png", "a caf\xe9\n" + kPerImage);                             // iTXt that is not UTF-8
     write_text_png(dir + "/neg.png", "a cat\nNegative prompt: " + std::string(17000, 'b') + "\n" + kPerImage);
     write_png_with(dir + "/crc.png", "\x1b[2J", "x", false);                                   // bad CRC, a control code
+    write_itxt_png(dir + "/big.png", "a cat\n" + kPerImage);
+    fs::resize_file(dir + "/big.png", (64u << 20) + 1);                                        // sparse: past the cap
     for (const auto& [file, says] : std::vector<std::pair<std::string, std::string>>{
              {"/dev/zero", "--from-png /dev/zero is a device, not a regular file"},
              {dir + "/fifo.png", "fifo.png is a FIFO"},
@@ -168,7 +170,8 @@ TEST(FromPngHostile, SpecialFilesAndBadTextGiveOneLine) {
              {dir + "/nul.png", "nul.png: the prompt contains a NUL"},
              {dir + "/latin.png", "latin.png is not a readable PNG: iTXt chunk \"parameters\" is not valid UTF-8"},
              {dir + "/neg.png", "neg.png: the negative prompt is 17000 bytes long"},
-             {dir + "/crc.png", "crc.png is not a readable PNG: bad CRC in PNG chunk \\x1b[2J"}}) {
+             {dir + "/crc.png", "crc.png is not a readable PNG: bad CRC in PNG chunk \\x1b[2J"},
+             {dir + "/big.png", "big.png is 67108865 bytes, more than the 67108864 this reader takes"}}) {
         SCOPED_TRACE(file);
         const auto before = snapshot(out);
         const auto r = run_bounded(tool(out, no_model(dir), {"--from-png", file}));
