@@ -501,7 +501,8 @@ void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, 
         for (size_t k = 0; k < missing.size() && k < 3; ++k) names += (k ? ", \"" : "\"") + sd::text_excerpt(missing[k]) + "\"";
         if (missing.size() > 3) names += " and " + std::to_string(missing.size() - 3) + " more";
         std::cerr << "sd-txt2img: note: " << path << " was made with the embedding" << (missing.size() > 1 ? "s " : " ")
-                  << names << ", not loaded now (--embedding or --embeddings-dir): the remake will differ" << std::endl;
+                  << names << (missing.size() > 1 ? ", which are" : ", which is")
+                  << " not loaded (--embedding or --embeddings-dir): the remake will differ" << std::endl;
     }
     if (rec.clip_skip && !app.count("--clip-skip"))
         sd::check_clip_skip(path + ": \"Clip skip\"", *rec.clip_skip, pipeline.config().text_layers_used);

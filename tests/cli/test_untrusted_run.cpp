@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/embedding_file.h"
 #include "io/image_io.h"
 #include "io/png_text.h"
 #include "test_util.h"
@@ -230,6 +231,12 @@ TEST(FromPngHostile, ChangedEmbeddingIsRefused) {
     const auto before = snapshot(out);
     const auto r = run_bounded(tool(out, tiny(), {"--quiet", "--embedding", emb, "--from-png", dir + "/x.png"}));
     expect_refused(r, "x.png records the embedding " + emb + " with hash 0000000000, but the file's hash is now ", before, out);
+    // with the file's own hash (A1111's: its SHA-256's first 10 hex digits) it is remade
+    write_itxt_png(dir + "/same.png", "a photo of embone\n" + kPerImage + ", TI hashes: \"embone: " +
+                                          sd::embedding_short_hash(emb) + "\"");
+    const auto ok = run_bounded(tool(out, tiny(), {"--quiet", "--embedding", emb, "--from-png", dir + "/same.png"}));
+    EXPECT_EQ(ok.exit_code, 0) << ok.err;
+    EXPECT_EQ(ok.err, "");
 }
 
 // Point 6: a --lora file named we:0.5.safetensors is refused, not recorded as <lora:we:0.5:1>.
