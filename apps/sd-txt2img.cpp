@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -140,6 +141,8 @@ struct Flags {
     std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis", prompt_syntax = "a1111";
     bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false, version = false;
     std::vector<std::string> from_png;
+    std::vector<sd::RecordedImage> recorded;  // what each --from-png file records, read before the model loads
+    bool ignore_hash_mismatch = false;
     std::string manifest;
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto", prepack = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
@@ -169,9 +172,15 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--from-png", f.from_png,
                    "remake the images these PNGs record (their parameters text); flags given as well override it")
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_flag("--ignore-hash-mismatch", f.ignore_hash_mismatch,
+                 "--from-png: remake even when a LoRA or embedding file differs from the one the PNG recorded (its "
+                 "Lora hashes / TI hashes), with a warning; without it such a PNG is refused");
     app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
-    app.add_option("--seed", f.seed, "seed, 0 to 18446744073709551615, or -1 for a random one (recorded)")->capture_default_str();
+    app.add_option("--seed", f.seed,
+                   "seed, 0 to 18446744073709551615, or -1 for a random one (recorded; refused with --shard, "
+                   "--skip-existing and a --manifest that holds lines, which need one seed for the whole set)")
+        ->capture_default_str();
     app.add_option("--seed-mode", f.seed_mode,
                    "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
         ->capture_default_str();
@@ -192,7 +201,8 @@ void add_flags(CLI::App& app, Flags& f) {
                    "K/N: only prompts number p with p % N == K (needs --seed-mode per-image); auto: K and N from "
                    "Slurm's SLURM_ARRAY_TASK_ID/_COUNT or JOB_COMPLETION_INDEX with SD_SHARD_COUNT");
     app.add_option("--manifest", f.manifest,
-                   "append one JSON line per written image (index, prompt, seed, parameters, model hash, path, status)");
+                   "append one JSON line per written image (index, prompt, seed, parameters, model hash, path, status); "
+                   "an existing file must be such a manifest, and it must not be a .png in --outdir");
     app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
     // Memory: see docs/memory.md and docs/cli.md. Unset choices are left to the planner.
@@ -301,7 +311,17 @@ void set_prompt_syntax(sd::GenerateSettings& settings, const std::string& syntax
 void settle_job(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     job.settings.sampler = f.plms ? sd::default_sampler() : f.sampler;
+    if (!f.manifest.empty()) sd::check_manifest_path(f.manifest, f.outdir);
     if (f.seed == "-1") {
+        // Shards run in separate processes and a resumed run is a new one: each would draw its own
+        // seed, and the images would not add up to one run. One fixed seed for the whole set is needed.
+        const char* set = !f.shard.empty()                                           ? "--shard"
+                          : f.job.skip_existing                                      ? "--skip-existing"
+                          : !f.manifest.empty() && sd::manifest_has_records(f.manifest) ? "a --manifest that holds lines"
+                                                                                       : nullptr;
+        if (set)
+            throw sd::Error(std::string("--seed -1 draws a new seed in every process, which breaks ") + set +
+                            " (the runs must make one set): give a fixed --seed");
         // A random seed, recorded like any other (JSON line, PNG text, and here).
         std::random_device rd;
         job.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
@@ -379,9 +399,13 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
     job.embeddings = pipeline.embeddings();  // for the PNG text's "TI hashes"
 }
 
+// Every --from-png file read and its prompt checked, before the model loads.
+void read_recorded_images(Flags& f) {
+    for (const auto& path : f.from_png) f.recorded.push_back(sd::read_recorded_image(path));
+}
+
 // The job that remakes the image a PNG records: its settings, except those the flags give.
-sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::string& path) {
-    const sd::RecordedImage rec = sd::read_recorded_image(path);
+sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::string& path, const sd::RecordedImage& rec) {
     auto given = [&](const char* flag) { return app.count(flag) > 0; };
     sd::Txt2ImgJob job = f.job;
     sd::PromptLine line;
@@ -413,28 +437,80 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
                             " of a compvis run, whose noise depends on every batch before it; only a first batch's "
                             "images can be remade alone (--seed-mode per-image makes every image remakable)");
         job.seed = seed;
-        if (!given("--n_samples")) job.n_samples = rec.batch_size.value_or(1);
+        if (!given("--n_samples")) {
+            job.n_samples = rec.batch_size.value_or(1);
+            if (job.n_samples > sd::kMaxReplayBatch)
+                throw sd::Error(path + ": this image is one of a compvis batch of " + std::to_string(job.n_samples) +
+                                " images, which would all be made again to remake it; batches over " +
+                                std::to_string(sd::kMaxReplayBatch) + " are refused");
+        }
         job.keep_position = rec.batch_position.value_or(0);
         if (*job.keep_position >= job.n_samples)
             throw sd::Error(path + ": batch position " + std::to_string(*job.keep_position) + " is not within --n_samples " +
                             std::to_string(job.n_samples));
     }
-    if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
-        std::cerr << "sd-txt2img: note: " << path << " was made with model " << rec.model << ", remaking it with "
-                  << job.model_name << std::endl;
-    for (const auto& name : rec.embeddings) {  // "TI hashes": an embedding not loaded changes the image
-        bool loaded = false;
-        for (const auto& e : job.embeddings) loaded = loaded || e.trigger == name;
-        if (!loaded && !f.quiet)
-            std::cerr << "sd-txt2img: note: " << path << " was made with the embedding \"" << name
-                      << "\", which is not loaded (--embedding or --embeddings-dir): the remake will differ" << std::endl;
+    return job;
+}
+
+// A file that changed since the image was made gives another image: refused,
+// or under --ignore-hash-mismatch a warning.
+void hash_mismatch(const Flags& f, const std::string& png, const std::string& file, const std::string& recorded,
+                   const std::string& now) {
+    const std::string m = png + " records " + file + " with hash " + sd::text_excerpt(recorded) + ", but the file's hash is now " + now;
+    if (!f.ignore_hash_mismatch)
+        throw sd::Error(m + ": the remake would differ (--ignore-hash-mismatch remakes it anyway)");
+    // A warning, not a note: shown with --quiet too, which silences progress.
+    std::cerr << "sd-txt2img: warning: " << m << "; remaking it with the file as it is" << std::endl;
+}
+
+// Before the model loads: each PNG's job is whole (its prompt's tags, its
+// LoRA files) and the LoRA files are those the PNG's "Lora hashes" recorded.
+void check_png_jobs(const CLI::App& app, const Flags& f) {
+    for (size_t i = 0; i < f.from_png.size(); ++i) {
+        const std::string& path = f.from_png[i];
+        const sd::RecordedImage& rec = f.recorded[i];
+        std::vector<sd::LoraUse> loras;
+        try {
+            loras = sd::check_job_loras(job_from_png(app, f, path, rec));
+        } catch (const sd::Error& e) {
+            const std::string what = e.what();
+            throw sd::Error(what.rfind(path + ": ", 0) == 0 ? what : path + ": " + what);
+        }
+        for (const auto& l : loras)
+            for (const auto& h : rec.loras)
+                if (h.name == l.name && h.hash != l.hash) hash_mismatch(f, path, "the LoRA " + l.path, h.hash, l.hash);
     }
+}
+
+// After the model loads: what the PNG says about the model and its embeddings,
+// and its settings against the model (its own values named as the PNG's).
+void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, const Flags& f, const std::string& path,
+                             const sd::RecordedImage& rec, const sd::Txt2ImgJob& job) {
+    if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
+        std::cerr << "sd-txt2img: note: " << path << " was made with model " << sd::text_excerpt(rec.model) << ", remaking it with "
+                  << job.model_name << std::endl;
+    std::vector<std::string> missing;  // "TI hashes": an embedding not loaded changes the image
+    for (const auto& h : rec.embeddings) {
+        const auto e = std::find_if(job.embeddings.begin(), job.embeddings.end(),
+                                    [&](const sd::EmbeddingInfo& x) { return x.trigger == h.name; });
+        if (e == job.embeddings.end()) missing.push_back(h.name);
+        else if (e->hash != h.hash) hash_mismatch(f, path, "the embedding " + e->path, h.hash, e->hash);
+    }
+    if (!missing.empty() && !f.quiet) {
+        std::string names;
+        for (size_t k = 0; k < missing.size() && k < 3; ++k) names += (k ? ", \"" : "\"") + sd::text_excerpt(missing[k]) + "\"";
+        if (missing.size() > 3) names += " and " + std::to_string(missing.size() - 3) + " more";
+        std::cerr << "sd-txt2img: note: " << path << " was made with the embedding" << (missing.size() > 1 ? "s " : " ")
+                  << names << (missing.size() > 1 ? ", which are" : ", which is")
+                  << " not loaded (--embedding or --embeddings-dir): the remake will differ" << std::endl;
+    }
+    if (rec.clip_skip && !app.count("--clip-skip"))
+        sd::check_clip_skip(path + ": \"Clip skip\"", *rec.clip_skip, pipeline.config().text_layers_used);
     try {
-        sd::check_job(job);
+        pipeline.check(job.settings);
     } catch (const sd::Error& e) {
         throw sd::Error(path + ": " + e.what());
     }
-    return job;
 }
 
 // The run itself: images to stdout as they are written, progress and notes to stderr.
@@ -524,12 +600,14 @@ int main(int argc, char** argv) {
             return 0;
         }
         read_prompts(app, f);
+        read_recorded_images(f);
         set_prompt_syntax(f.job.settings, f.prompt_syntax);
         if (f.tokenize) {
             print_token_ids(app, f);
             return 0;
         }
         settle_job(app, f);  // option conflicts are reported before the model loads
+        check_png_jobs(app, f);
         const auto pipeline = sd::load_pipeline(pipeline_options(app, f));
         use_model_defaults(app, *pipeline, f);
         if (f.show_plan) {
@@ -541,7 +619,10 @@ int main(int argc, char** argv) {
         }
         if (f.from_png.empty()) return generate(*pipeline, f, f.job, progress, written);
         std::vector<sd::Txt2ImgJob> jobs;  // every PNG read and checked before the first one is made
-        for (const auto& path : f.from_png) jobs.push_back(job_from_png(app, f, path));
+        for (size_t i = 0; i < f.from_png.size(); ++i) {
+            jobs.push_back(job_from_png(app, f, f.from_png[i], f.recorded[i]));
+            check_png_against_model(app, *pipeline, f, f.from_png[i], f.recorded[i], jobs.back());
+        }
         for (const auto& job : jobs)
             if (const int code = generate(*pipeline, f, job, progress, written); code != 0) return code;
         return 0;

@@ -1,12 +1,24 @@
 // Remaking an image from its PNG: the "parameters" text it carries (written by
 // parameters_text in src/run/batch_plan.cpp, AUTOMATIC1111's layout) read back.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace sd {
+
+// What --from-png reads of a file: at most this many bytes.
+constexpr size_t kMaxRecordedPngBytes = 64u << 20;
+// A compvis image is remade by replaying its whole batch; a recorded batch
+// larger than this is refused rather than spending minutes and gigabytes on one image.
+constexpr int kMaxReplayBatch = 64;
+
+// One entry of a "Lora hashes" or "TI hashes" value: "name: hash".
+struct RecordedHash {
+    std::string name, hash;
+};
 
 // What a PNG's "parameters" text records. Keys the text lacks stay unset.
 struct RecordedImage {
@@ -20,16 +32,23 @@ struct RecordedImage {
     std::optional<std::string> prompt_syntax;  // plain when recorded; a1111 otherwise
     std::optional<int> index, batch_size, batch_position, batch_number;
     std::optional<int> clip_skip;  // "Clip skip" (A1111's numbering)
-    std::vector<std::string> embeddings;  // trigger words of "TI hashes" ("name: hash, ...")
+    std::vector<RecordedHash> embeddings;  // "TI hashes": trigger word and A1111's short hash
+    std::vector<RecordedHash> loras;       // "Lora hashes": tag name and A1111's short hash
     std::string model, version;
 };
 
+// Text from a file as a message shows it: at most 60 bytes, control characters
+// as '?', so that a crafted value can neither flood the terminal nor break the one line.
+std::string text_excerpt(const std::string& text);
+
 // Parses a "parameters" text; `where` names its source in errors. Throws
-// sd::Error for a text without the settings line or with a malformed value.
+// sd::Error for a text without the settings line or with a malformed value,
+// and for a prompt or negative prompt that breaks a prompt rule (check_prompt_text).
 RecordedImage parse_parameters_text(const std::string& text, const std::string& where);
 
-// The "parameters" text of a PNG file, parsed. Throws sd::Error when the file
-// is not a PNG or carries no such text.
+// The "parameters" text of a PNG file, parsed. Throws sd::Error (one line
+// naming the file) when it is not a regular file, is larger than
+// kMaxRecordedPngBytes, is not a PNG, or carries no such text.
 RecordedImage read_recorded_image(const std::string& png_path);
 
 }  // namespace sd

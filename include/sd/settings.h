@@ -43,6 +43,7 @@ struct PipelineOptions {
 // in a prompt, and A1111's short hash of its file (PNG text "TI hashes").
 struct EmbeddingInfo {
     std::string trigger, hash;
+    std::string path;  // the file it was read from (--from-png names it when its hash differs)
 };
 
 // One LoRA merged into the text encoder and UNet at load (--lora FILE[:W], or a

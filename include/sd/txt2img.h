@@ -78,6 +78,9 @@ const char* seed_mode_name(SeedMode mode);
 // Throws sd::Error for options that do not go together (--shard or
 // --skip-existing without per-image seeds, duplicate names, ...), before any model loads.
 void check_job(const Txt2ImgJob& job);
+// The same, returning every LoRA file the job merges with its short hash (each
+// file once, in the order of first use): what --from-png compares with the PNG's "Lora hashes".
+std::vector<LoraUse> check_job_loras(const Txt2ImgJob& job);
 
 // What was done with one image; also its JSON line and PNG text.
 struct ImageRecord {

@@ -135,7 +135,7 @@ const StagePeaks& TorchPipeline::measured() const {
 
 std::vector<EmbeddingInfo> TorchPipeline::embeddings() const {
     std::vector<EmbeddingInfo> out;
-    for (const auto& e : embeddings_) out.push_back({e.trigger, e.hash});
+    for (const auto& e : embeddings_) out.push_back({e.trigger, e.hash, e.path});
     return out;
 }
 

@@ -273,6 +273,12 @@ RunPlan plan_run(const Txt2ImgJob& job) {
     if (sharded && !job.from_file) throw Error("--shard splits a prompt file: use it with --from-file");
     if (job.skip_existing && !per_image)
         throw Error("--skip-existing needs --seed-mode per-image (with compvis seeds a resumed run cannot give the same images)");
+    // --lora's files go into the PNG text as <lora:NAME:W> tags: a NAME holding the tag's syntax
+    // would be read back by --from-png as another file and weight ("we:0.5" as "we" at 0.5).
+    for (const auto& l : job.loras)
+        if (l.name.find_first_of(":<>") != std::string::npos)
+            throw Error("--lora " + l.path + ": its name \"" + l.name + "\" holds ':', '<' or '>', which a <lora:NAME:WEIGHT> " +
+                        "tag in the image's text cannot carry (it would be remade with another file); rename the file");
     // Resuming and sharding need names that depend only on the image: {index} unless told otherwise.
     std::string pattern = job.name_pattern;
     if (pattern.empty() && (job.skip_existing || sharded)) pattern = "{index}";

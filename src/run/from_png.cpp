@@ -1,16 +1,16 @@
 #include "sd/from_png.h"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/fs_util.h"
 #include "io/png_text.h"
 #include "run/batch_plan.h"
 #include "sd/error.h"
+#include "sd/prompts.h"
 #include "sd/sampler_catalog.h"
 #include "sd/value_rules.h"
 
@@ -26,7 +26,7 @@ std::map<std::string, std::string> split_settings(const std::string& line, const
         while (i < line.size() && (line[i] == ' ' || line[i] == ',')) ++i;
         if (i >= line.size()) break;
         const size_t colon = line.find(':', i);
-        if (colon == std::string::npos) throw Error(where + ": setting without ':' in \"" + line.substr(i) + "\"");
+        if (colon == std::string::npos) throw Error(where + ": setting without ':' in \"" + text_excerpt(line.substr(i)) + "\"");
         const std::string key = line.substr(i, colon - i);
         i = colon + 1;
         while (i < line.size() && line[i] == ' ') ++i;
@@ -35,11 +35,11 @@ std::map<std::string, std::string> split_settings(const std::string& line, const
             // A JSON string: find its closing quote, skipping escaped characters.
             size_t j = i + 1;
             while (j < line.size() && line[j] != '"') j += line[j] == '\\' ? 2 : 1;
-            if (j >= line.size()) throw Error(where + ": unterminated quoted value of \"" + key + "\"");
+            if (j >= line.size()) throw Error(where + ": unterminated quoted value of \"" + text_excerpt(key) + "\"");
             try {
                 value = nlohmann::json::parse(line.substr(i, j + 1 - i)).get<std::string>();
             } catch (const nlohmann::json::exception&) {
-                throw Error(where + ": malformed quoted value of \"" + key + "\"");
+                throw Error(where + ": malformed quoted value of \"" + text_excerpt(key) + "\"");
             }
             i = j + 1;
         } else {
@@ -63,25 +63,38 @@ int64_t whole(const std::string& key, const std::string& value, WholeRange r, co
         used = 0;
     }
     if (used == 0 || used != value.size())
-        throw Error(where + ": \"" + key + "\" must be a whole number, got \"" + value + "\"");
+        throw Error(where + ": \"" + key + "\" must be a whole number, got \"" + text_excerpt(value) + "\"");
     return check_whole(where + ": \"" + key + "\"", v, r);
 }
 
-// The names of a "TI hashes" value, "name: hash, name: hash".
-std::vector<std::string> ti_hash_names(const std::string& value) {
-    std::vector<std::string> names;
+// The entries of a "TI hashes" or "Lora hashes" value, "name: hash, name: hash".
+std::vector<RecordedHash> hash_list(const std::string& value) {
+    std::vector<RecordedHash> out;
     for (size_t start = 0; start < value.size();) {
         size_t end = value.find(", ", start);
         if (end == std::string::npos) end = value.size();
         const std::string entry = value.substr(start, end - start);
         const size_t colon = entry.rfind(':');
-        if (colon != std::string::npos && colon > 0) names.push_back(entry.substr(0, colon));
+        if (colon != std::string::npos && colon > 0) {
+            RecordedHash h{entry.substr(0, colon), entry.substr(colon + 1)};
+            while (!h.hash.empty() && h.hash.front() == ' ') h.hash.erase(0, 1);
+            out.push_back(std::move(h));
+        }
         start = end + 2;
     }
-    return names;
+    return out;
 }
 
 }  // namespace
+
+std::string text_excerpt(const std::string& text) {
+    std::string out;
+    for (char c : text.substr(0, 64)) out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    if (text.size() <= 60) return out;
+    size_t cut = 57;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) --cut;  // not inside a UTF-8 character
+    return out.substr(0, cut) + "...";
+}
 
 RecordedImage parse_parameters_text(const std::string& text, const std::string& where) {
     std::vector<std::string> lines;
@@ -97,40 +110,45 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
     for (size_t n = k; n + 1 < lines.size(); ++n)
         r.negative_prompt += (n == k ? lines[n].substr(17) : "\n" + lines[n]);
 
+    // The rules --prompt and prompt files follow, before anything loads.
+    check_prompt_text(r.prompt, where + ": the prompt");
+    check_prompt_text(r.negative_prompt, where + ": the negative prompt");
+
     const auto kv = split_settings(lines.back(), where);
     for (const auto& [key, value] : kv) {
         if (key == "Steps") r.steps = static_cast<int>(whole(key, value, kStepsRange, where));
         else if (key == "Sampler") {
             for (const auto& s : samplers())
                 if (s.a1111_name == value || s.name == value) r.sampler = s.name;
-            if (!r.sampler) throw Error(where + ": unknown sampler \"" + value + "\" (this tool has " + sampler_choices() + ")");
+            if (!r.sampler) throw Error(where + ": unknown sampler \"" + text_excerpt(value) + "\" (this tool has " + sampler_choices() + ")");
         } else if (key == "Schedule type") {
             r.schedule = schedule_from_a1111_name(value);
-            if (r.schedule->empty()) throw Error(where + ": unknown schedule type \"" + value + "\"");
+            if (r.schedule->empty()) throw Error(where + ": unknown schedule type \"" + text_excerpt(value) + "\"");
         } else if (key == "CFG scale") {
             char* end = nullptr;
             const double v = std::strtod(value.c_str(), &end);
             if (value.empty() || *end != '\0' || !std::isfinite(v))
-                throw Error(where + ": \"CFG scale\" must be a number, got \"" + value + "\"");
+                throw Error(where + ": \"CFG scale\" must be a number, got \"" + text_excerpt(value) + "\"");
             r.scale = check_scale(where + ": \"CFG scale\"", v);
-        } else if (key == "Seed") r.seed = parse_seed(where + ": \"Seed\"", value);
+        } else if (key == "Seed") r.seed = parse_seed(where + ": \"Seed\"", text_excerpt(value));
         else if (key == "Size") {
             const size_t x = value.find('x');
-            if (x == std::string::npos) throw Error(where + ": \"Size\" must be WIDTHxHEIGHT, got \"" + value + "\"");
+            if (x == std::string::npos) throw Error(where + ": \"Size\" must be WIDTHxHEIGHT, got \"" + text_excerpt(value) + "\"");
             r.width = static_cast<int>(whole(key, value.substr(0, x), kSideRange, where));
             r.height = static_cast<int>(whole(key, value.substr(x + 1), kSideRange, where));
         } else if (key == "Seed mode") {
-            if (value != "compvis" && value != "per-image") throw Error(where + ": unknown seed mode \"" + value + "\"");
+            if (value != "compvis" && value != "per-image") throw Error(where + ": unknown seed mode \"" + text_excerpt(value) + "\"");
             r.seed_mode = value;
         } else if (key == "Prompt syntax") {
-            if (value != "a1111" && value != "plain") throw Error(where + ": unknown prompt syntax \"" + value + "\"");
+            if (value != "a1111" && value != "plain") throw Error(where + ": unknown prompt syntax \"" + text_excerpt(value) + "\"");
             r.prompt_syntax = value;
         } else if (key == "Image index") r.index = static_cast<int>(whole(key, value, {0, 1000000}, where));
         else if (key == "Batch size") r.batch_size = static_cast<int>(whole(key, value, kSamplesRange, where));
         else if (key == "Batch position") r.batch_position = static_cast<int>(whole(key, value, {0, kSamplesRange.hi}, where));
         else if (key == "Batch number") r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
         else if (key == "Clip skip") r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
-        else if (key == "TI hashes") r.embeddings = ti_hash_names(value);
+        else if (key == "TI hashes") r.embeddings = hash_list(value);
+        else if (key == "Lora hashes") r.loras = hash_list(value);
         else if (key == "Model") r.model = value;
         else if (key == "Version") r.version = value;
         // Other tools' keys (Model hash, ...) decide nothing here.
@@ -139,14 +157,12 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
 }
 
 RecordedImage read_recorded_image(const std::string& png_path) {
-    std::ifstream in(png_path, std::ios::binary);
-    if (!in) throw Error("--from-png: cannot read " + png_path);
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = read_file_capped(png_path, kMaxRecordedPngBytes, "--from-png");
     std::map<std::string, std::string> texts;
     try {
-        texts = png_read_text(bytes);
+        texts = png_read_text(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     } catch (const Error& e) {
-        throw Error("--from-png: " + png_path + " is not a readable PNG (" + e.what() + ")");
+        throw Error("--from-png " + png_path + " is not a readable PNG: " + e.what());
     }
     const auto it = texts.find("parameters");
     if (it == texts.end()) throw Error("--from-png: " + png_path + " carries no \"parameters\" text");

@@ -135,8 +135,7 @@ PromptReader::PromptReader(const std::string& path) : name_(path == "-" ? "<stdi
         in_ = &std::cin;
         return;
     }
-    if (!file_exists(path)) throw Error("prompt file " + path + " does not exist");
-    if (is_directory(path)) throw Error("prompt file " + path + " is a folder");
+    check_regular_file(path, "prompt file");  // a FIFO would block here: pipes come in through --from-file -
     file_ = std::make_unique<std::ifstream>(path, std::ios::binary);
     if (!*file_) throw Error("cannot read prompt file " + path);
     in_ = file_.get();

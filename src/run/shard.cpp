@@ -27,8 +27,15 @@ std::optional<long long> env_number(const char* name) {
     return n;
 }
 
-Shard checked(long long k, long long n, const std::string& from) {
-    if (n < 1 || n > 1000000 || k < 0 || k >= n)
+// More shards than this is a mistake (a prompt file holds at most a million prompts).
+constexpr long long kMaxShards = 1000000;
+
+// from: the source of K and N; count: the variable N comes from.
+Shard checked(long long k, long long n, const std::string& from, const std::string& count) {
+    if (n > kMaxShards)
+        throw Error("--shard auto: " + count + " gives " + std::to_string(n) + " shards; the limit is " +
+                    std::to_string(kMaxShards));
+    if (n < 1 || k < 0 || k >= n)
         throw Error("--shard auto: " + from + " gives shard " + std::to_string(k) + "/" + std::to_string(n) +
                     "; need 0 <= K < N");
     return Shard{static_cast<int>(k), static_cast<int>(n)};
@@ -50,13 +57,13 @@ Shard shard_from_environment() {
         if (step < 1 || (*id - min) % step != 0)
             throw Error("--shard auto: SLURM_ARRAY_TASK_ID " + std::to_string(*id) + " is not in the array's range (min " +
                         std::to_string(min) + ", step " + std::to_string(step) + ")");
-        return checked((*id - min) / step, *count, "the Slurm array");
+        return checked((*id - min) / step, *count, "the Slurm array", "the Slurm array (SLURM_ARRAY_TASK_COUNT)");
     }
     if (const auto index = env_number("JOB_COMPLETION_INDEX")) {
         const auto count = env_number("SD_SHARD_COUNT");
         if (!count)
             throw Error("--shard auto: JOB_COMPLETION_INDEX is set but SD_SHARD_COUNT is not (set it to the Job's completions)");
-        return checked(*index, *count, "the Indexed Job");
+        return checked(*index, *count, "the Indexed Job", "SD_SHARD_COUNT");
     }
     throw Error("--shard auto needs SLURM_ARRAY_TASK_ID (a Slurm job array) or JOB_COMPLETION_INDEX with SD_SHARD_COUNT "
                 "(a Kubernetes Indexed Job); neither is set");
@@ -75,6 +82,7 @@ Shard parse_shard(const std::string& text) {
     } catch (const std::logic_error&) {
         throw Error("--shard must be K/N (e.g. 0/4) or auto, got \"" + text + "\"");
     }
+    if (s.n > kMaxShards) throw Error("--shard " + text + ": N is at most " + std::to_string(kMaxShards));
     if (s.n < 1 || s.k < 0 || s.k >= s.n) throw Error("--shard " + text + ": need 0 <= K < N");
     return s;
 }

@@ -59,10 +59,17 @@ void hash_loras(RunPlan& plan, std::map<std::string, std::string>& hashes) {
 
 }  // namespace
 
-void check_job(const Txt2ImgJob& job) {
+void check_job(const Txt2ImgJob& job) { check_job_loras(job); }
+
+std::vector<LoraUse> check_job_loras(const Txt2ImgJob& job) {
     RunPlan plan = plan_run(job);
     std::map<std::string, std::string> hashes;
     hash_loras(plan, hashes);
+    std::vector<LoraUse> used;
+    for (const auto& item : plan.items)
+        for (const auto& l : item.settings.loras)
+            if (std::none_of(used.begin(), used.end(), [&](const LoraUse& u) { return u.path == l.path; })) used.push_back(l);
+    return used;
 }
 
 int next_image_number(const std::string& dir) {
@@ -85,8 +92,10 @@ void check_before_running(const Pipeline& pipeline, const Txt2ImgJob& job, const
         try {
             pipeline.check(item.settings);
         } catch (const Error& e) {
-            if (item.line == 0) throw;
-            throw Error(item.where + ": " + e.what());
+            // A LoRA named by the line's tag is reported with the line already.
+            const std::string what = e.what();
+            if (item.line == 0 || what.rfind(item.where + ": ", 0) == 0) throw;
+            throw Error(item.where + ": " + what);
         }
     }
     ensure_writable_dir(job.outdir);

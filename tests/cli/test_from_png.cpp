@@ -118,7 +118,7 @@ TEST(FromPng, LaterCompvisBatchIsRefused) {
     for (const auto& [file, says] : std::vector<std::pair<std::string, std::string>>{
              {"x.png", "x.png: this image is from batch 3 of a compvis run"},
              {"bare.png", "bare.png carries no \"parameters\" text"},
-             {"none.png", "cannot read"}}) {
+             {"none.png", "none.png does not exist"}}) {
         auto r = sdtest::run(plus(base, {dir + "/" + file}));
         EXPECT_EQ(r.exit_code, 1) << r.err;
         EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;

@@ -174,7 +174,7 @@ void png_text(const uint8_t* data, size_t size) {
         try {
             with = sd::png_add_itxt(base, keyword, text);
         } catch (const sd::Error&) {
-            require(keyword.empty() || keyword.size() > 79 || text.find('\0') != std::string::npos,
+            require(keyword.empty() || keyword.size() > 79 || text.find('\0') != std::string::npos || !sd::is_valid_utf8(text),
                     "a valid keyword and text refused");
             return;
         }
@@ -200,8 +200,10 @@ void png_text(const uint8_t* data, size_t size) {
         after = sd::png_read_text(with);
     } catch (const sd::Error& e) {
         // Adding a chunk checks the same structure that reading does, so an
-        // accepted PNG reads back; only a malformed text chunk may still fail.
-        require(std::string(e.what()).find("malformed") != std::string::npos,
+        // accepted PNG reads back; only a text chunk (malformed, not UTF-8, too long) may still fail.
+        const std::string why = e.what();
+        require(why.find("malformed") != std::string::npos || why.find("not valid UTF-8") != std::string::npos ||
+                    why.find("text chunk") != std::string::npos,
                 std::string("a PNG that png_add_itxt accepted does not read: ") + e.what());
         return;
     }

@@ -141,7 +141,11 @@ TEST(ClipSkip, ParametersTextWrittenAndRead) {
         << text;
     const auto rec = sd::parse_parameters_text(text, "x.png");
     EXPECT_EQ(rec.clip_skip, 2);
-    EXPECT_EQ(rec.embeddings, (std::vector<std::string>{"embone", "EasyNegative"}));
+    ASSERT_EQ(rec.embeddings.size(), 2u);
+    EXPECT_EQ(rec.embeddings[0].name, "embone");
+    EXPECT_EQ(rec.embeddings[0].hash, "0123456789");
+    EXPECT_EQ(rec.embeddings[1].name, "EasyNegative");
+    EXPECT_EQ(rec.embeddings[1].hash, "c74b4e810b");
     EXPECT_EQ(rec.prompt, item.prompt);
     item.settings.clip_skip = 1;
     item.prompt = "a photo";
