@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev      # model.json, vocab.json, JSON lines
   libicu-dev              # Unicode for the CLIP tokenizer (NFC, categories, lower-case)
   libgtest-dev            # tests
+  clang-format            # scripts/check_format.sh: the C++ style of .clang-format
   python3-torch python3-numpy python3-yaml   # scripts/export_model.py
   python3-pil             # tests read PNG metadata with an independent reader
   parallel                # GNU parallel: the test of sharding with parallel --joblog --resume (docs/cluster.md)

@@ -20,6 +20,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   exec ctest -L unit --output-on-failure -j2 "$@"
 fi
 scripts/setup.sh
+scripts/check_format.sh
 scripts/build.sh
 cd build
 ctest --output-on-failure -j2 "$@"

@@ -81,6 +81,5 @@ std::vector<PromptLine> parse_prompts(const std::string& text, const std::string
 // is longer than kMaxPromptBytes.
 void check_prompt_text(const std::string& text, const std::string& what);
 
-bool is_valid_utf8(const std::string& s);
 
 }  // namespace sd

@@ -45,4 +45,7 @@ struct WholePair {
 };
 WholePair parse_whole_pair(const std::string& what, const std::string& text, char separator, int64_t lo);
 
+// Well-formed UTF-8: no overlong forms, surrogates or code points past U+10FFFF.
+bool is_valid_utf8(const std::string& s);
+
 }  // namespace sd

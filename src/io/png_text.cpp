@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "sd/error.h"
-#include "sd/prompts.h"
+#include "sd/value_rules.h"
 
 namespace sd {
 

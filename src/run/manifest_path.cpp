@@ -5,7 +5,7 @@
 #include "io/fs_util.h"
 #include "io/json_depth.h"
 #include "sd/error.h"
-#include "sd/manifest.h"
+#include "sd/model_hash.h"
 
 namespace sd {
 

@@ -93,32 +93,6 @@ std::string PromptLine::where() const {
     return source.empty() ? std::string("--prompt") : source + ":" + std::to_string(line);
 }
 
-bool is_valid_utf8(const std::string& s) {
-    size_t i = 0;
-    const size_t n = s.size();
-    while (i < n) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        int len;
-        uint32_t cp;
-        if (c < 0x80) { ++i; continue; }
-        if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-        else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-        else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-        else return false;
-        if (i + static_cast<size_t>(len) > n) return false;
-        for (int k = 1; k < len; ++k) {
-            const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-            if ((cc & 0xc0) != 0x80) return false;
-            cp = (cp << 6) | (cc & 0x3f);
-        }
-        // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
-        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += static_cast<size_t>(len);
-    }
-    return true;
-}
-
 void check_prompt_text(const std::string& text, const std::string& what) {
     if (!is_valid_utf8(text)) throw Error(what + " is not valid UTF-8 text");
     if (text.find('\0') != std::string::npos) throw Error(what + " contains a NUL character");

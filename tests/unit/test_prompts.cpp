@@ -6,6 +6,7 @@
 #include "sd/error.h"
 #include "test_util.h"
 #include "sd/prompts.h"
+#include "sd/value_rules.h"
 
 TEST(Prompts, PlainTextSkipsBlankAndCommentLinesAcceptsCrlfAndBom) {
     auto p = sd::parse_prompts("\xEF\xBB\xBF" "first\r\n\n  # note\nsecond  \n\t\nthird", "f.txt", false);

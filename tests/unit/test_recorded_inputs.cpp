@@ -10,10 +10,10 @@
 #include "run/batch_plan.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
-#include "sd/manifest.h"
+#include "sd/model_hash.h"
 #include "sd/txt2img.h"
 #include "test_util.h"
-#include "text/lora_tags.h"
+#include "sd/loras.h"
 
 namespace {
 
