@@ -1,11 +1,11 @@
-"""Which model to build: the sizes, schedule and family of a Stable Diffusion 1.x / 2.x / XL
+"""Which model to build: the sizes, schedule and family of a Stable Diffusion 1.x, 2.x or SDXL
 model, from an LDM config (v1-inference.yaml, v2-inference(-v).yaml; sgm's sd_xl_base.yaml),
 text encoder configs, or a checkpoint's own keys and shapes when no config is given."""
 
-import json
 import os
 import re
 
+from .jsonfile import read_json_object
 from .keymaps import SD2_TEXT_PREFIX, SDXL_TEXT_2_PREFIX, SDXL_TEXT_PREFIX, TEXT_PREFIX, UNET_PREFIX
 from .report import ExportError, one_line
 
@@ -183,7 +183,8 @@ def load_sgm_config(path, params):
               .get("params") or {})
     bigg = (embedders[targets.index(next(t for t in targets if t.endswith("FrozenOpenCLIPEmbedder2")))]
             .get("params") or {})
-    if clip_l.get("layer", "last") != "hidden" or bigg.get("layer", "last") != "penultimate" or bigg.get("legacy", True):
+    if clip_l.get("layer", "last") != "hidden" or bigg.get("layer", "last") != "penultimate" \
+            or bigg.get("legacy", True):
         raise ExportError(f"config {path}: text encoder layers are not SDXL base's (CLIP-L layer: hidden, "
                           f"bigG layer: penultimate, legacy: False)")
     unsupported = [k for k in ("use_scale_shift_norm", "resblock_updown", "disable_self_attentions",
@@ -228,15 +229,7 @@ def load_text_config(path):
     """Text transformer sizes: our text_encoder.json (vocab/ctx/width/layers/heads[, layers_used,
     hf_config]) or a plain HF CLIPTextConfig json.  "layers" counts the layers in the
     checkpoint, "layers_used" those SD runs (SD 2.x: the penultimate layer's output)."""
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            cfg = json.load(f)
-    except OSError as e:
-        raise ExportError(f"cannot read text config {path}: {e.strerror or e}")
-    except ValueError as e:
-        raise ExportError(f"text config {path} is not valid JSON: {one_line(e)}")
-    if not isinstance(cfg, dict):
-        raise ExportError(f"text config {path} is not a JSON object")
+    cfg = read_json_object(path, "text config")
     if isinstance(cfg.get("text_cfg"), dict):  # an open_clip model config (model_configs/*.json)
         return _open_clip_text_config(path, cfg)
     hf = None

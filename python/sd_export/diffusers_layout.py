@@ -1,17 +1,20 @@
 """Reading a diffusers folder (model_index.json, unet/, vae/, text_encoder/, tokenizer/,
-scheduler/; SDXL: also text_encoder_2/ and tokenizer_2/) onto the modules of modules.py.
+scheduler/; SDXL: also text_encoder_2/ and tokenizer_2/) onto the modules of
+the modules package.
 
 The configs become the export's unet / vae / text / schedule settings, and each
 module weight (CompVis-ldm name, as the modules use) is looked up under its diffusers
 name.  Nothing here imports torch.
 """
 
-import json
 import os
 import re
 
+from .jsonfile import read_json_object
+from .report import ExportError
 
-class LayoutError(Exception):
+
+class LayoutError(ExportError):
     """A folder that is not a usable diffusers Stable Diffusion folder (one line)."""
 
 
@@ -31,16 +34,7 @@ def is_diffusers_folder(path):
 
 
 def read_json(path):
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise LayoutError(f"cannot read {path}: {e.strerror or e}")
-    except ValueError as e:
-        raise LayoutError(f"{path} is not valid JSON ({str(e).splitlines()[0]})")
-    if not isinstance(data, dict):
-        raise LayoutError(f"{path} is not a JSON object")
-    return data
+    return read_json_object(path, "diffusers config")
 
 
 def weight_file(folder, part):
@@ -153,7 +147,8 @@ def pad_token(folder, part="tokenizer"):
 def read_folder(folder):
     """Everything the export needs from a diffusers folder's JSON files."""
     read_json(os.path.join(folder, "model_index.json"))
-    if not os.path.isdir(os.path.join(folder, "text_encoder")) and os.path.isdir(os.path.join(folder, "text_encoder_2")):
+    has_text_2 = os.path.isdir(os.path.join(folder, "text_encoder_2"))
+    if not os.path.isdir(os.path.join(folder, "text_encoder")) and has_text_2:
         raise LayoutError(f"diffusers folder {folder} is an SDXL refiner (text_encoder_2/ alone): it refines the "
                           f"base model's latents and cannot make images from text; export the SDXL base")
     for part in ("unet", "vae", "text_encoder"):

@@ -25,10 +25,7 @@ def resolve(args):
     if args.checkpoint and diffusers_layout.is_diffusers_folder(args.checkpoint):
         if args.config:
             raise ExportError("--config is for single-file checkpoints; a diffusers folder has its own configs")
-        try:
-            folder = diffusers_layout.read_folder(args.checkpoint)
-        except diffusers_layout.LayoutError as e:
-            raise ExportError(str(e))
+        folder = diffusers_layout.read_folder(args.checkpoint)  # LayoutError is an ExportError
     ldm = load_ldm_config(args.config) if args.config else None
     ckpt = None if args.random_init else open_checkpoint(args.checkpoint, folder)
     if getattr(args, "vae", None):

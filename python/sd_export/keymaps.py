@@ -1,4 +1,4 @@
-"""Where each weight of our modules (modules.py: CompVis ldm names) is found in a checkpoint:
+"""Where each weight of our modules (the modules package: CompVis ldm names) is found in a checkpoint:
 a CompVis / Stability-AI single file (SD 1.x: HF CLIPTextModel names under
 cond_stage_model.transformer.; SD 2.x: open_clip's text tower, its q/k/v packed in one
 in_proj; SDXL: sgm's conditioner.embedders.0/1) or a diffusers folder (diffusers_layout's names)."""

@@ -10,9 +10,11 @@ import json
 import os
 import shutil
 
-from . import ops  # noqa: F401 - sd::attention and sd::linear, which the stages' code calls, must exist before torch.jit.load
+# sd::attention and sd::linear, which the stages' code calls, must exist before torch.jit.load
+from . import ops  # noqa: F401
 from .configs import alphas_cumprod
-from .report import ExportError, one_line, say
+from .jsonfile import read_json_object
+from .report import ExportError, say
 from .safetensors_io import read_tensors, write_safetensors
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,14 +73,7 @@ def find_tokenizer(tokenizer_dir, where="--tokenizer directory"):
 
 
 def read_vocab(path):
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            vocab = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ExportError(f"cannot read tokenizer vocabulary {path}: {one_line(e)}")
-    if not isinstance(vocab, dict):
-        raise ExportError(f"tokenizer vocabulary {path} is not a JSON object")
-    return vocab
+    return read_json_object(path, "tokenizer vocabulary")
 
 
 # open_clip's tokenizer (SD 2.x) names the start and end tokens differently; the C++

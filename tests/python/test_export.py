@@ -303,7 +303,8 @@ class ExportTinyTest(unittest.TestCase):
         if expect:
             self.assertIn(expect, lines[0])
         # no half-written model
-        self.assertTrue(not os.path.exists(out) or os.listdir(out) == [], os.listdir(out) if os.path.exists(out) else "")
+        left = os.listdir(out) if os.path.exists(out) else []
+        self.assertEqual(left, [])
         return lines[0]
 
     def test_bad_inputs(self):
