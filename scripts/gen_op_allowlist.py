@@ -8,8 +8,8 @@ names anything else (src/io/code_check.cpp, README "Security").
 It exports, with random weights, every kind of module scripts/export_model.py writes:
 SD 1.x (CLIP text encoder, convolution projections), SD 2.x (OpenCLIP text tower, linear
 projections, head size), the demo model, the full-size SD 1.x and 2.x layouts at small
-widths, the other projection type of each family, transformer depth 2, a VAE decoder with
-attention levels and fp16 weights, and SDXL (two text encoders, the UNet's vector input);
+widths, the other projection type of each family, transformer depth 2, a VAE (decoder and
+encoder) with attention levels and fp16 weights, and SDXL (two text encoders, the UNet's vector input);
 then reads the code/ records of the written .pt files.
 --check compares with the file instead of writing it (exit 1 when they differ). Run with
 /usr/bin/python3 (Debian's python3-torch).
@@ -180,7 +180,7 @@ def collect(log=None):
             out = os.path.join(tmp, name)
             if export_main(["--random-init", "--out", out, "--config", config, "--text-config", text, *extra]):
                 raise SystemExit(f"gen_op_allowlist.py: error: exporting {name} failed")
-            for stage in ("text_encoder", "text_encoder_2", "unet", "vae_decoder"):
+            for stage in ("text_encoder", "text_encoder_2", "unet", "vae_decoder", "vae_encoder"):
                 if not os.path.exists(os.path.join(out, stage + ".pt")):
                     continue
                 names, bad = names_in_archive(os.path.join(out, stage + ".pt"))

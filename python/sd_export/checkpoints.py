@@ -190,7 +190,9 @@ VAE_DECODER_PARTS = ("decoder.", "post_quant_conv.")
 class VaeOverride:
     """A single-file checkpoint whose VAE decoder weights come from a standalone VAE file
     (--vae, e.g. vae-ft-mse-840000-ema-pruned): its decoder.* and post_quant_conv.* tensors,
-    bare or under first_stage_model., replace the checkpoint's; its encoder is not exported."""
+    bare or under first_stage_model., replace the checkpoint's. The encoder stays the checkpoint's
+    (as the run-time --vae, which replaces the decoder alone; the released fine-tuned VAEs
+    changed only the decoder)."""
 
     def __init__(self, base, vae_path):
         self.base, self.path = base, base.path

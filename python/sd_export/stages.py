@@ -92,7 +92,7 @@ def open_clip_vocab(path):
 # --------------------------------------------------------------------------- model.json
 
 def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, parameterization_source,
-               latent_size=None, text_cfg_2=None, size_embedding_dim=256):
+               latent_size=None, text_cfg_2=None, size_embedding_dim=256, vae_encoder=True):
     ac = alphas_cumprod(schedule)
     down = 2 ** (len(vae_cfg["ch_mult"]) - 1)
     info = {
@@ -102,7 +102,10 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
         "parameterization_source": parameterization_source,
         "dtype": dtype,
         "scale_factor": schedule["scale_factor"],
-        "latent_channels": unet_cfg["in_channels"],
+        "latent_channels": unet_cfg["out_channels"],
+        # 4: the latents alone; 9: an inpainting UNet, whose input is the latents, the
+        # latent-size mask and the masked picture's latents (docs/model-format.md).
+        "unet_in_channels": unet_cfg["in_channels"],
         "downsample_factor": down,
         "size_multiple": down * 2 ** (len(unet_cfg["channel_mult"]) - 1),
         "context_length": text_cfg["ctx"],
@@ -123,6 +126,8 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
         "files": {"text_encoder": "text_encoder.pt", "unet": "unet.pt", "vae_decoder": "vae_decoder.pt",
                   "vocab": "vocab.json", "merges": "merges.txt"},
     }
+    if vae_encoder:  # pictures to latents (img2img, inpainting); absent from older exports
+        info["files"]["vae_encoder"] = "vae_encoder.pt"
     if latent_size:  # the picture size it was trained at, when the config says
         info["image_size"] = latent_size * down
     if text_cfg_2 is not None:  # SDXL (docs/model-format.md, "sdxl")

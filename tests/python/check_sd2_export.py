@@ -61,7 +61,8 @@ class Exports(unittest.TestCase):
         assert r.returncode == 0, r.stderr
         return out
 
-    def assert_same_weights(self, dir_a, dir_b, stages=("text_encoder.pt", "unet.pt", "vae_decoder.pt")):
+    def assert_same_weights(self, dir_a, dir_b,
+                            stages=("text_encoder.pt", "unet.pt", "vae_decoder.pt", "vae_encoder.pt")):
         for name in stages:
             a = load_stage(os.path.join(dir_a, name)).state_dict()
             b = load_stage(os.path.join(dir_b, name)).state_dict()

@@ -20,7 +20,7 @@ from sd_export.safetensors_io import SafetensorsFile, write_safetensors
 from test_export import load_stage, run_export
 
 CASES = ("px1_euler10_64x64", "px2_euler12_64x96", "px3_dpmpp2m15_96x64", "px4_euler_a10_batch2_64x64")
-STAGES = ("text_encoder.pt", "text_encoder_2.pt", "unet.pt", "vae_decoder.pt")
+STAGES = ("text_encoder.pt", "text_encoder_2.pt", "unet.pt", "vae_decoder.pt", "vae_encoder.pt")
 
 
 class SdxlExport(Exports):

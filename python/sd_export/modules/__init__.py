@@ -5,7 +5,8 @@ below its prefix so that weights load by name (SDXL: sgm's single-file names):
 
 * text.py    ``TextEncoder``, ``TextEncoderWithProjection`` (CLIP / OpenCLIP text towers)
 * unet.py    ``UNetModel``    <- ``model.diffusion_model.``
-* vae.py     ``VAEDecoder``   <- ``first_stage_model.``  (post_quant_conv + decoder)
+* vae.py     ``VAEDecoder``, ``VAEEncoder`` <- ``first_stage_model.``  (post_quant_conv + decoder;
+             encoder + quant_conv, up to the posterior's moments)
 * layers.py  the layers the UNet and VAE are built from, and the attention settings
 
 The arithmetic follows the reference implementation operation by operation (same
@@ -24,17 +25,17 @@ from .text import (CLIPAttention, CLIPEmbeddings, CLIPEncoder, CLIPEncoderLayer,
 from .unet import (BasicTransformerBlock, CrossAttention, Downsample, EmbConv2d, FeedForward, GEGLU, GroupNorm32,
                    ResBlock, SpatialTransformer, TimestepEmbedSequential, UNetModel, Upsample, attention_heads,
                    timestep_embedding, transformer_norm, unet_norm)
-from .vae import (AttnBlock, Decoder, DecoderLevel, DecoderMid, ResnetBlock, VAEDecoder, VAEUpsample, swish,
-                  vae_norm)
+from .vae import (AttnBlock, Decoder, DecoderLevel, DecoderMid, Encoder, EncoderLevel, ResnetBlock, VAEDecoder,
+                  VAEDownsample, VAEEncoder, VAEUpsample, swish, vae_norm)
 
 __all__ = ["ATTN_ALL_HEADS", "ATTN_CHUNKED", "ATTN_FUSED", "ATTN_PER_HEAD", "CLIPMLP", "DEFAULT_ATTENTION_CHUNK",
            "DEFAULT_ATTENTION_MODE", "GEGLU", "AttnBlock", "BasicTransformerBlock", "CLIPAttention", "CLIPEmbeddings",
            "CLIPEncoder", "CLIPEncoderLayer", "CLIPTextTransformer", "Conv2d", "CrossAttention", "Decoder",
-           "DecoderLevel", "DecoderMid", "Downsample", "EmbConv2d", "FeedForward", "GroupNorm", "GroupNorm32",
-           "LayerNorm", "Linear", "ResBlock", "ResnetBlock", "SpatialTransformer", "TextEncoder",
-           "TextEncoderWithProjection", "TimestepEmbedSequential", "UNetModel", "Upsample", "VAEDecoder",
-           "VAEUpsample", "attention_heads", "swish", "timestep_embedding", "transformer_norm", "unet_norm",
-           "vae_norm"]
+           "DecoderLevel", "DecoderMid", "Downsample", "EmbConv2d", "Encoder", "EncoderLevel", "FeedForward",
+           "GroupNorm", "GroupNorm32", "LayerNorm", "Linear", "ResBlock", "ResnetBlock", "SpatialTransformer",
+           "TextEncoder", "TextEncoderWithProjection", "TimestepEmbedSequential", "UNetModel", "Upsample",
+           "VAEDecoder", "VAEDownsample", "VAEEncoder", "VAEUpsample", "attention_heads", "swish",
+           "timestep_embedding", "transformer_norm", "unet_norm", "vae_norm"]
 
 # TorchScript names each class and function "__torch__." + its __module__ + "." + its
 # name. Exports name them __torch__.sd_modules.* (these files were once models/sd_modules.py),

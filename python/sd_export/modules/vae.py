@@ -1,5 +1,14 @@
-"""The VAE decoder: ``VAEDecoder`` <- ``first_stage_model.`` (AutoencoderKL's post_quant_conv
-and decoder), built from the layers of layers.py."""
+"""The VAE, built from the layers of layers.py, both halves under ``first_stage_model.``:
+
+* ``VAEDecoder``  AutoencoderKL's post_quant_conv and decoder (latents to pictures);
+* ``VAEEncoder``  its encoder and quant_conv up to the posterior's moments (pictures to
+  latents: img2img and inpainting); the Gaussian sample is the caller's, with its own
+  generator, as the references draw it.
+
+Both halves share the mid block's layout and its AttnBlock, so the encoder's attention
+takes the same ``attention_mode`` / ``attention_chunk`` settings (and ``sd::attention``)
+as the decoder's.
+"""
 
 from typing import List
 
@@ -171,3 +180,92 @@ class VAEDecoder(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.post_quant_conv(z))
+
+
+# --------------------------------------------------------------------------- encoder
+
+class VAEDownsample(nn.Module):
+    """The encoder's strided conv: padded by one pixel on the right and bottom only, then a
+    3x3 conv with stride 2 and no padding of its own (the reference's asymmetric padding)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = Conv2d(channels, channels, 3, stride=2, padding=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.pad(x, [0, 1, 0, 1], mode="constant", value=0.0))
+
+
+class EncoderLevel(nn.Module):
+    """encoder.down.{i}: ResnetBlocks (each followed by an AttnBlock where the level has
+    attention), then the downsampling conv except at the coarsest level."""
+
+    def __init__(self, in_channels: int, out_channels: int, num_blocks: int, with_attn: bool, with_downsample: bool):
+        super().__init__()
+        self.block = nn.ModuleList()
+        self.attn = nn.ModuleList()
+        for _ in range(num_blocks):
+            self.block.append(ResnetBlock(in_channels, out_channels))
+            in_channels = out_channels
+            if with_attn:
+                self.attn.append(AttnBlock(out_channels))
+        self.downsample = VAEDownsample(out_channels) if with_downsample else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # As DecoderLevel: attn[i] follows block[i], found by the unrolled inner loop.
+        i = 0
+        for block in self.block:
+            x = block(x)
+            j = 0
+            for attn in self.attn:
+                if j == i:
+                    x = attn(x)
+                j += 1
+            i += 1
+        return self.downsample(x)
+
+
+class Encoder(nn.Module):
+    """ldm's Encoder with double_z: [n, in_channels, H, W] -> [n, 2 * z_channels, H/f, W/f]."""
+
+    def __init__(self, ch: int = 128, in_channels: int = 3, ch_mult=(1, 2, 4, 4), num_res_blocks: int = 2,
+                 attn_resolutions=(), resolution: int = 256, z_channels: int = 4):
+        super().__init__()
+        self.conv_in = Conv2d(in_channels, ch, 3, padding=1)
+        levels: List[nn.Module] = []
+        block_in = ch
+        curr_res = resolution
+        for i_level, mult in enumerate(ch_mult):
+            last = i_level == len(ch_mult) - 1
+            levels.append(EncoderLevel(block_in, ch * mult, num_res_blocks, curr_res in attn_resolutions, not last))
+            block_in = ch * mult
+            if not last:
+                curr_res //= 2
+        # Indexed as in the checkpoint: down.0 is the finest level, run first.
+        self.down = nn.ModuleList(levels)
+        self.mid = DecoderMid(block_in)  # block_1, attn_1, block_2: the decoder's mid-block layout
+        self.norm_out = vae_norm(block_in)
+        self.conv_out = Conv2d(block_in, 2 * z_channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv_in(x)
+        for level in self.down:
+            h = level(h)
+        return self.conv_out(swish(self.norm_out(self.mid(h))))
+
+
+class VAEEncoder(nn.Module):
+    """AutoencoderKL.encode up to the moments: forward(x [n, 3, H, W] in [-1, 1]) =
+    quant_conv(encoder(x)) -> [n, 2 * embed_dim, H/f, W/f]: channels [0, embed_dim) the
+    posterior's mean, the rest its log-variance as computed (the reference clamps it to
+    [-30, 20] before sampling). Takes VAEDecoder's arguments; the picture has out_ch
+    channels (an autoencoder's input and output are alike: 3 for every SD VAE)."""
+
+    def __init__(self, embed_dim: int = 4, ch: int = 128, out_ch: int = 3, ch_mult=(1, 2, 4, 4),
+                 num_res_blocks: int = 2, attn_resolutions=(), resolution: int = 256, z_channels: int = 4):
+        super().__init__()
+        self.encoder = Encoder(ch, out_ch, ch_mult, num_res_blocks, attn_resolutions, resolution, z_channels)
+        self.quant_conv = Conv2d(2 * z_channels, 2 * embed_dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.quant_conv(self.encoder(x))
