@@ -174,7 +174,7 @@ def count_unet_flops(arch, h, w, rows, context_len, context_dim):
     GroupNorm, LayerNorm, softmax, SiLU/GELU, residual adds, upsampling, concat
     (element-wise, under 1% of the total). Shapes come from a forward pass on
     meta tensors with hooks on those modules, so the count follows the
-    architecture exactly as sd_export/modules.py builds it."""
+    architecture exactly as sd_export/modules builds it."""
     from sd_export import modules as sd_modules
     model = build_unet_meta(arch)
     n_params = sum(p.numel() for p in model.parameters())
@@ -592,7 +592,8 @@ def main():
     p.add_argument("--steps", type=int, default=5, help="DDIM steps per run (must suit the CompVis schedule)")
     p.add_argument("--threads", type=int, default=2, help="threads for the CLI, the GEMM peak and the profile")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "sd-txt2img"), help="sd-txt2img binary")
-    p.add_argument("--cli-args", default="", help="extra CLI arguments, one shell-quoted string (e.g. '--attention full')")
+    p.add_argument("--cli-args", default="",
+                   help="extra CLI arguments, one shell-quoted string (e.g. '--attention full')")
     p.add_argument("--gemm-n", type=int, default=2048, help="matrix edge of the GEMM peak")
     p.add_argument("--repeats", type=int, default=5, help="repeats of the GEMM and conv peaks (best counts)")
     p.add_argument("--conv", default="320,64,2",
@@ -606,7 +607,8 @@ def main():
                    help="library whose sd::attention kernel the profile uses ('none': the Python reference)")
     p.add_argument("--profile-prepack", choices=("auto", "on", "off"), default="auto",
                    help="prepack the profiled stages' convolutions (auto: unless --cli-args has '--prepack off')")
-    p.add_argument("--profile-vae-size", type=int, default=256, help="image size of the profiled VAE decode; 0 skips it")
+    p.add_argument("--profile-vae-size", type=int, default=256,
+                   help="image size of the profiled VAE decode; 0 skips it")
     p.add_argument("--skip-steps", type=int, default=1,
                    help="leading steps left out of s/step (at least one step is always kept)")
     p.add_argument("--profile-warmup", type=int, default=2,

@@ -1,5 +1,5 @@
 """Makes the repository's python/ folder (the sd_export package) importable for the
-commands in scripts/: the one place that changes the module search path."""
+commands in scripts/ (models/demo/train_demo.py, outside scripts/, does the same itself)."""
 
 import os
 import sys

@@ -12,6 +12,11 @@ struct ModelConfig {
     std::string dtype = "float32";
     double scale_factor = 0.18215;
     int latent_channels = 4;
+    // The UNet's input channels (model.json "unet_in_channels"): latent_channels for text
+    // to image, 2 * latent_channels + 1 for an inpainting UNet, whose input is the latents,
+    // the latent-size mask and the masked picture's latents, in that order. Older exports
+    // lack the key: latent_channels.
+    int unet_in_channels = 4;
     int downsample_factor = 8;
     int size_multiple = 64;
     int image_size = 0;  // picture edge the model was trained at (model.json "image_size"); 0: not known
@@ -29,6 +34,10 @@ struct ModelConfig {
     bool fused_attention = false;
 
     std::string text_encoder_path, unet_path, vae_decoder_path, vocab_path, merges_path;
+    // The VAE encoder stage (pictures to the posterior's moments; model.json
+    // "files.vae_encoder"); empty for folders exported before it: text to image only.
+    std::string vae_encoder_path;
+    bool is_inpainting() const { return unet_in_channels == 2 * latent_channels + 1; }
 
     // SDXL (family "sdxl", model.json "sdxl"): a second text encoder (OpenCLIP
     // bigG, text_encoder_2_path) whose hidden states follow the first's in the

@@ -1,8 +1,9 @@
-"""The export side of sd-txt2img: a Stable Diffusion 1.x / 2.x checkpoint (.safetensors,
-.ckpt, or a diffusers folder) to the model folder the C++ program reads
+"""The export side of sd-txt2img: a Stable Diffusion 1.x, 2.x or SDXL base checkpoint
+(.safetensors, .ckpt, or a diffusers folder) to the model folder the C++ program reads
 (docs/model-format.md).  scripts/export_model.py is its command.
 
     report          one-line errors and progress
+    jsonfile        the one reader of the JSON files an export is given
     configs         family, sizes and schedule (LDM yaml, text config, checkpoint shapes)
     safetensors_io  the one .safetensors reader and writer
     checkpoints     the checkpoint readers (.safetensors, checked .ckpt/.bin, diffusers folder)
@@ -10,7 +11,8 @@
     keymaps         checkpoint key names -> our modules' weights
     ops             the sd::attention and sd::linear operators the modules call (plain
                     references; the C++ kernels replace them)
-    modules         the TorchScript modules (text encoder, UNet, VAE decoder)
+    modules         the TorchScript modules (text encoders, UNet, VAE decoder), a package:
+                    layers, text, unet, vae
     weights         the modules built and filled (checkpoint or random)
     stages          the model folder: STAGE.pt + STAGE.weights, tokenizer, model.json
     export          the export from arguments to folder

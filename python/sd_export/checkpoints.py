@@ -2,7 +2,7 @@
 dtype_name, load, close): .safetensors files (safetensors_io), torch.save files (.ckpt,
 .bin: zip archives checked record by record before torch.load, so that a TorchScript
 archive is refused before any of its code can run, or legacy pickles; both loaded with
-weights_only=True), and a diffusers folder's three weight files read as one checkpoint."""
+weights_only=True), and a diffusers folder's weight files read as one checkpoint."""
 
 import os
 
@@ -123,8 +123,8 @@ class TorchCheckpoint:
 
 
 class DiffusersCheckpoint:
-    """A diffusers folder's unet, vae and text_encoder weight files read as one checkpoint,
-    their keys prefixed with "unet/", "vae/" and "text_encoder/"."""
+    """A diffusers folder's unet, vae and text_encoder (SDXL: and text_encoder_2) weight files
+    read as one checkpoint, their keys prefixed with the part's name ("unet/", "vae/", ...)."""
 
     def __init__(self, path, files):
         self.path = path
@@ -190,7 +190,9 @@ VAE_DECODER_PARTS = ("decoder.", "post_quant_conv.")
 class VaeOverride:
     """A single-file checkpoint whose VAE decoder weights come from a standalone VAE file
     (--vae, e.g. vae-ft-mse-840000-ema-pruned): its decoder.* and post_quant_conv.* tensors,
-    bare or under first_stage_model., replace the checkpoint's; its encoder is not exported."""
+    bare or under first_stage_model., replace the checkpoint's. The encoder stays the checkpoint's
+    (as the run-time --vae, which replaces the decoder alone; the released fine-tuned VAEs
+    changed only the decoder)."""
 
     def __init__(self, base, vae_path):
         self.base, self.path = base, base.path

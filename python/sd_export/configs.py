@@ -1,11 +1,11 @@
-"""Which model to build: the sizes, schedule and family of a Stable Diffusion 1.x / 2.x / XL
+"""Which model to build: the sizes, schedule and family of a Stable Diffusion 1.x, 2.x or SDXL
 model, from an LDM config (v1-inference.yaml, v2-inference(-v).yaml; sgm's sd_xl_base.yaml),
 text encoder configs, or a checkpoint's own keys and shapes when no config is given."""
 
-import json
 import os
 import re
 
+from .jsonfile import read_json_object
 from .keymaps import SD2_TEXT_PREFIX, SDXL_TEXT_2_PREFIX, SDXL_TEXT_PREFIX, TEXT_PREFIX, UNET_PREFIX
 from .report import ExportError, one_line
 
@@ -183,7 +183,8 @@ def load_sgm_config(path, params):
               .get("params") or {})
     bigg = (embedders[targets.index(next(t for t in targets if t.endswith("FrozenOpenCLIPEmbedder2")))]
             .get("params") or {})
-    if clip_l.get("layer", "last") != "hidden" or bigg.get("layer", "last") != "penultimate" or bigg.get("legacy", True):
+    if clip_l.get("layer", "last") != "hidden" or bigg.get("layer", "last") != "penultimate" \
+            or bigg.get("legacy", True):
         raise ExportError(f"config {path}: text encoder layers are not SDXL base's (CLIP-L layer: hidden, "
                           f"bigG layer: penultimate, legacy: False)")
     unsupported = [k for k in ("use_scale_shift_norm", "resblock_updown", "disable_self_attentions",
@@ -228,15 +229,7 @@ def load_text_config(path):
     """Text transformer sizes: our text_encoder.json (vocab/ctx/width/layers/heads[, layers_used,
     hf_config]) or a plain HF CLIPTextConfig json.  "layers" counts the layers in the
     checkpoint, "layers_used" those SD runs (SD 2.x: the penultimate layer's output)."""
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            cfg = json.load(f)
-    except OSError as e:
-        raise ExportError(f"cannot read text config {path}: {e.strerror or e}")
-    except ValueError as e:
-        raise ExportError(f"text config {path} is not valid JSON: {one_line(e)}")
-    if not isinstance(cfg, dict):
-        raise ExportError(f"text config {path} is not a JSON object")
+    cfg = read_json_object(path, "text config")
     if isinstance(cfg.get("text_cfg"), dict):  # an open_clip model config (model_configs/*.json)
         return _open_clip_text_config(path, cfg)
     hf = None
@@ -317,9 +310,24 @@ def check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2=None, size_embeddi
     elif unet_cfg["context_dim"] != text_cfg["width"]:
         raise ExportError(f"UNet context_dim {unet_cfg['context_dim']} differs from the text encoder width "
                           f"{text_cfg['width']} (give matching --config and --text-config)")
-    if unet_cfg["in_channels"] != vae_cfg["embed_dim"]:
-        raise ExportError(f"UNet in_channels {unet_cfg['in_channels']} differs from the VAE embed_dim "
-                          f"{vae_cfg['embed_dim']}")
+    latent = vae_cfg["embed_dim"]
+    if unet_cfg["out_channels"] != latent:
+        raise ExportError(f"UNet out_channels {unet_cfg['out_channels']} differs from the VAE embed_dim {latent}")
+    if unet_cfg["in_channels"] not in unet_input_kinds(latent):
+        raise ExportError(f"UNet in_channels {unet_cfg['in_channels']} is not one this tool runs: "
+                          f"{describe_unet_inputs(latent)}")
+
+
+def unet_input_kinds(latent_channels):
+    """{UNet input channels: kind}: the latents alone, or an inpainting UNet's latents, mask
+    and masked-picture latents (RunwayML's conditioning_key hybrid, diffusers' in_channels 9)."""
+    return {latent_channels: "text to image", 2 * latent_channels + 1: "inpainting"}
+
+
+def describe_unet_inputs(latent_channels):
+    kinds = unet_input_kinds(latent_channels)
+    return " or ".join(f"{n} ({kind})" for n, kind in kinds.items()) + \
+        " (SD 2.x depth models, 5, and other conditioned UNets are not supported)"
 
 
 # --------------------------------------------------------------------------- from a checkpoint's keys
@@ -362,11 +370,28 @@ def detect_sdxl(ckpt):
 
 def detect_unet_shapes(ckpt):
     """What the UNet's weight shapes tell beyond the family: linear or 1x1-conv transformer
-    projections (SD 2.0 and 2.1 both use linear ones, but fine-tunes vary)."""
+    projections (SD 2.0 and 2.1 both use linear ones, but fine-tunes vary), and the input
+    channels (9: an inpainting model such as sd-v1-5-inpainting)."""
+    found = {}
+    in_channels = unet_input_channels(ckpt)
+    if in_channels is not None:
+        found["in_channels"] = in_channels
     for k in ckpt.keys():
         if k.startswith(UNET_PREFIX) and k.endswith(".proj_in.weight"):
-            return {"use_linear_in_transformer": len(ckpt.shape(k)) == 2}
-    return {}
+            found["use_linear_in_transformer"] = len(ckpt.shape(k)) == 2
+            break
+    return found
+
+
+UNET_INPUT_CONV = UNET_PREFIX + "input_blocks.0.0.weight"
+
+
+def unet_input_channels(ckpt):
+    """The input channels of a single file's UNet (its first convolution), or None."""
+    if UNET_INPUT_CONV not in ckpt.keys():
+        return None
+    shape = ckpt.shape(UNET_INPUT_CONV)
+    return int(shape[1]) if len(shape) == 4 else None
 
 
 def open_clip_text_layers(ckpt, prefix=SD2_TEXT_PREFIX):

@@ -1,17 +1,20 @@
 """Reading a diffusers folder (model_index.json, unet/, vae/, text_encoder/, tokenizer/,
-scheduler/; SDXL: also text_encoder_2/ and tokenizer_2/) onto the modules of modules.py.
+scheduler/; SDXL: also text_encoder_2/ and tokenizer_2/) onto the modules of
+the modules package.
 
 The configs become the export's unet / vae / text / schedule settings, and each
 module weight (CompVis-ldm name, as the modules use) is looked up under its diffusers
 name.  Nothing here imports torch.
 """
 
-import json
 import os
 import re
 
+from .jsonfile import read_json_object
+from .report import ExportError
 
-class LayoutError(Exception):
+
+class LayoutError(ExportError):
     """A folder that is not a usable diffusers Stable Diffusion folder (one line)."""
 
 
@@ -31,16 +34,7 @@ def is_diffusers_folder(path):
 
 
 def read_json(path):
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise LayoutError(f"cannot read {path}: {e.strerror or e}")
-    except ValueError as e:
-        raise LayoutError(f"{path} is not valid JSON ({str(e).splitlines()[0]})")
-    if not isinstance(data, dict):
-        raise LayoutError(f"{path} is not a JSON object")
-    return data
+    return read_json_object(path, "diffusers config")
 
 
 def weight_file(folder, part):
@@ -107,11 +101,12 @@ def unet_settings(cfg, where):
 
 
 def vae_settings(cfg, where):
-    """AutoencoderKL config -> modules.VAEDecoder arguments, and its scaling factor."""
+    """AutoencoderKL config -> modules.VAEDecoder / VAEEncoder arguments, and its scaling factor."""
     try:
         boc = [int(c) for c in cfg["block_out_channels"]]
-        if any("Attn" in t for t in cfg.get("up_block_types", [])):
-            raise LayoutError(f"{where}: VAE decoder blocks with attention are not supported")
+        for half, types in (("decoder", "up_block_types"), ("encoder", "down_block_types")):
+            if any("Attn" in t for t in cfg.get(types, [])):
+                raise LayoutError(f"{where}: VAE {half} blocks with attention are not supported")
         vae = dict(embed_dim=int(cfg["latent_channels"]), ch=boc[0], out_ch=int(cfg["out_channels"]),
                    ch_mult=[c // boc[0] for c in boc], num_res_blocks=int(cfg["layers_per_block"]),
                    attn_resolutions=[], resolution=int(cfg.get("sample_size", 256)),
@@ -153,7 +148,8 @@ def pad_token(folder, part="tokenizer"):
 def read_folder(folder):
     """Everything the export needs from a diffusers folder's JSON files."""
     read_json(os.path.join(folder, "model_index.json"))
-    if not os.path.isdir(os.path.join(folder, "text_encoder")) and os.path.isdir(os.path.join(folder, "text_encoder_2")):
+    has_text_2 = os.path.isdir(os.path.join(folder, "text_encoder_2"))
+    if not os.path.isdir(os.path.join(folder, "text_encoder")) and has_text_2:
         raise LayoutError(f"diffusers folder {folder} is an SDXL refiner (text_encoder_2/ alone): it refines the "
                           f"base model's latents and cannot make images from text; export the SDXL base")
     for part in ("unet", "vae", "text_encoder"):
@@ -253,30 +249,36 @@ def _vae_attention(rest, old_names):
 
 
 def vae_key(key, levels, old_attention_names=False):
-    """diffusers name of an modules.VAEDecoder weight (ldm name, decoder side only)."""
-    if key.startswith("post_quant_conv."):
+    """diffusers name of a modules.VAEDecoder or VAEEncoder weight (ldm name)."""
+    if key.startswith(("post_quant_conv.", "quant_conv.")):
         return key
-    if not key.startswith("decoder."):
+    half, _, rest = key.partition(".")
+    if half not in ("decoder", "encoder"):
         raise KeyError(key)
-    rest = key[len("decoder."):]
     if rest.startswith(("conv_in.", "conv_out.")):
         return key
     if rest.startswith("norm_out."):
-        return "decoder.conv_norm_out." + rest[len("norm_out."):]
+        return f"{half}.conv_norm_out." + rest[len("norm_out."):]
     m = re.match(r"mid\.(block_1|block_2|attn_1)\.(.*)$", rest)
     if m:
         if m.group(1) == "attn_1":
-            return "decoder.mid_block.attentions.0." + _vae_attention(m.group(2), old_attention_names)
+            return f"{half}.mid_block.attentions.0." + _vae_attention(m.group(2), old_attention_names)
         index = 0 if m.group(1) == "block_1" else 1
-        return f"decoder.mid_block.resnets.{index}." + m.group(2).replace("nin_shortcut.", "conv_shortcut.")
-    m = re.match(r"up\.(\d+)\.(block|attn|upsample)\.(.*)$", rest)
+        return f"{half}.mid_block.resnets.{index}." + m.group(2).replace("nin_shortcut.", "conv_shortcut.")
+    if half == "encoder":  # down_blocks in ldm's order, finest first
+        m = re.match(r"down\.(\d+)\.(block|attn|downsample)\.(.*)$", rest)
+        blocks, resampler = "down_blocks", "downsamplers"
+    else:
+        m = re.match(r"up\.(\d+)\.(block|attn|upsample)\.(.*)$", rest)
+        blocks, resampler = "up_blocks", "upsamplers"
     if not m:
         raise KeyError(key)
-    up = levels - 1 - int(m.group(1))  # diffusers numbers the decoder levels from the coarsest
+    # diffusers numbers the decoder levels from the coarsest
+    level = int(m.group(1)) if half == "encoder" else levels - 1 - int(m.group(1))
     kind, tail = m.group(2), m.group(3)
-    if kind == "upsample":
-        return f"decoder.up_blocks.{up}.upsamplers.0." + tail
+    if kind in ("upsample", "downsample"):
+        return f"{half}.{blocks}.{level}.{resampler}.0." + tail
     j, tail = tail.split(".", 1)
     if kind == "attn":
-        return f"decoder.up_blocks.{up}.attentions.{j}." + _vae_attention(tail, old_attention_names)
-    return f"decoder.up_blocks.{up}.resnets.{j}." + tail.replace("nin_shortcut.", "conv_shortcut.")
+        return f"{half}.{blocks}.{level}.attentions.{j}." + _vae_attention(tail, old_attention_names)
+    return f"{half}.{blocks}.{level}.resnets.{j}." + tail.replace("nin_shortcut.", "conv_shortcut.")

@@ -7,10 +7,10 @@ import time
 from . import diffusers_layout, stages
 from .checkpoints import VaeOverride, open_checkpoint
 from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, SDXL_SCHEDULE, SDXL_TEXT, SDXL_TEXT_2, SDXL_UNET,
-                      SIZE_EMBEDDING_DIM, assumed_parameterization, check_consistency, detect_family,
-                      detect_unet_shapes, load_ldm_config, load_text_config, open_clip_text_layers,
-                      text_cfg_from_open_clip)
-from .keymaps import SDXL_TEXT_2_PREFIX, checkpoint_key_maps
+                      SIZE_EMBEDDING_DIM, assumed_parameterization, check_consistency,
+                      detect_family, detect_unet_shapes, load_ldm_config, load_text_config, open_clip_text_layers,
+                      text_cfg_from_open_clip, unet_input_channels, unet_input_kinds)
+from .keymaps import SDXL_TEXT_2_PREFIX, checkpoint_key_maps, has_vae_encoder
 from .lora import bake_loras, parse_lora_arg
 from .report import PROG, ExportError, say
 from .weights import build_modules, check_keys, load_weights, random_init
@@ -19,16 +19,29 @@ from .weights import build_modules, check_keys, load_weights, random_init
 FAMILY_NAMES = {"sd1": "an SD 1.x", "sd2": "an SD 2.x", "sdxl": "an SDXL"}
 
 
+def match_unet_input(args, ckpt, unet_cfg, ldm):
+    """A single file's UNet input channels (4, or 9 for inpainting) go into unet_cfg; with a
+    config they must be the config's (an inpainting file needs its inpainting yaml)."""
+    channels = unet_input_channels(ckpt)
+    if channels is None:
+        return  # reported as a missing weight by check_keys
+    if not ldm:
+        unet_cfg["in_channels"] = channels
+    elif channels != unet_cfg["in_channels"]:
+        kinds = unet_input_kinds(unet_cfg["out_channels"])
+        kind = f" ({kinds[channels]})" if channels in kinds else ""
+        raise ExportError(f"{args.checkpoint}'s UNet takes {channels} input channels{kind} but config {args.config} "
+                          f"says in_channels {unet_cfg['in_channels']} (an inpainting checkpoint needs its "
+                          f"inpainting config, e.g. v1-inpainting-inference.yaml)")
+
+
 def resolve(args):
     """Family, sizes, schedule and tokenizer of the model to export, and the opened checkpoint."""
     folder = None
     if args.checkpoint and diffusers_layout.is_diffusers_folder(args.checkpoint):
         if args.config:
             raise ExportError("--config is for single-file checkpoints; a diffusers folder has its own configs")
-        try:
-            folder = diffusers_layout.read_folder(args.checkpoint)
-        except diffusers_layout.LayoutError as e:
-            raise ExportError(str(e))
+        folder = diffusers_layout.read_folder(args.checkpoint)  # LayoutError is an ExportError
     ldm = load_ldm_config(args.config) if args.config else None
     ckpt = None if args.random_init else open_checkpoint(args.checkpoint, folder)
     if getattr(args, "vae", None):
@@ -64,6 +77,8 @@ def resolve(args):
                 schedule["parameterization"], p_source = assumed_parameterization(family, args.checkpoint)
             else:
                 p_source = "default for --random-init"
+        if ckpt:
+            match_unet_input(args, ckpt, unet_cfg, ldm)
         if args.text_config:
             text_cfg = load_text_config(args.text_config)
         elif family == "sd2" and ckpt:
@@ -120,6 +135,8 @@ def resolve_sdxl(args, r, ldm):
             unet_cfg, vae_cfg, schedule = dict(SDXL_UNET), dict(SD1_VAE), dict(SDXL_SCHEDULE)
             size_dim = SIZE_EMBEDDING_DIM
             p_source = "assumed: SDXL base predicts eps" if ckpt else "default for --random-init"
+        if ckpt:
+            match_unet_input(args, ckpt, unet_cfg, ldm)
         text_cfg = load_text_config(args.text_config) if args.text_config else dict(SDXL_TEXT)
         # sgm's layer_idx: hidden_states[idx], the output of that many layers
         text_cfg["layers"] = ldm["text_layer_idx"] if ldm else text_cfg["layers_total"] - 1
@@ -199,7 +216,13 @@ def export(args):
     if ckpt is None:
         check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2, size_dim)
 
-    modules = build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2)
+    # The VAE encoder (pictures to latents) is a stage of its own; a checkpoint stripped of it
+    # still exports, for text to image only.
+    with_encoder = ckpt is None or has_vae_encoder(ckpt, diffusers=r["folder"] is not None)
+    if not with_encoder:
+        say(f"{PROG}: note: {args.checkpoint} has no VAE encoder weights: exporting without vae_encoder.pt "
+            f"(text to image only; img2img and inpainting need the encoder)")
+    modules = build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2, vae_encoder=with_encoder)
     dtype = torch.float16 if args.dtype == "float16" else torch.float32
     if ckpt is not None:
         maps = checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=r["folder"] is not None)
@@ -222,7 +245,8 @@ def export(args):
     loras = bake_loras(modules, [parse_lora_arg(a) for a in args.lora]) if args.lora else []
 
     info = stages.model_info(schedule, unet_cfg, vae_cfg, text_cfg, args.dtype, source, family,
-                             r["parameterization_source"], r["latent_size"], text_cfg_2, size_dim)
+                             r["parameterization_source"], r["latent_size"], text_cfg_2, size_dim,
+                             vae_encoder=with_encoder)
     if family == "sdxl":
         record_sdxl_recipe(info, args, source)
     if getattr(args, "image_size", None):
@@ -240,6 +264,7 @@ def export(args):
         source_text = f"{source} with VAE {os.path.basename(args.vae)}"
     else:
         source_text = source
-    say(f"{PROG}: exported {source_text} -> {out} ({family}, {schedule['parameterization']}, {args.dtype}, "
+    kind = unet_input_kinds(unet_cfg["out_channels"])[unet_cfg["in_channels"]]
+    say(f"{PROG}: exported {source_text} -> {out} ({family}, {kind}, {schedule['parameterization']}, {args.dtype}, "
         f"size multiple {info['size_multiple']}) in {time.time() - start:.1f} s")
 

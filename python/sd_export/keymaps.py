@@ -1,4 +1,4 @@
-"""Where each weight of our modules (modules.py: CompVis ldm names) is found in a checkpoint:
+"""Where each weight of our modules (the modules package: CompVis ldm names) is found in a checkpoint:
 a CompVis / Stability-AI single file (SD 1.x: HF CLIPTextModel names under
 cond_stage_model.transformer.; SD 2.x: open_clip's text tower, its q/k/v packed in one
 in_proj; SDXL: sgm's conditioner.embedders.0/1) or a diffusers folder (diffusers_layout's names)."""
@@ -75,15 +75,21 @@ def checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=Fals
             "vae_decoder": {k: Ref("vae/" + diffusers_layout.vae_key(k, levels, old_names))
                             for k in modules["vae_decoder"].state_dict()},
         }
+        if "vae_encoder" in modules:
+            maps["vae_encoder"] = {k: Ref("vae/" + diffusers_layout.vae_key(k, levels, old_names))
+                                   for k in modules["vae_encoder"].state_dict()}
         if "text_encoder_2" in modules:  # SDXL: CLIPTextModelWithProjection, the same names
             maps["text_encoder_2"] = {k: Ref("text_encoder_2/" + k) for k in modules["text_encoder_2"].state_dict()}
         return maps
+    # Both VAE stages under first_stage_model. (their names are ldm's)
+    vae = {stage: {k: Ref(VAE_PREFIX + k) for k in modules[stage].state_dict()}
+           for stage in ("vae_decoder", "vae_encoder") if stage in modules}
     if family == "sdxl":
         return {
             "text_encoder": {k: Ref(SDXL_TEXT_PREFIX + k) for k in modules["text_encoder"].state_dict()},
             "text_encoder_2": {k: open_clip_ref(k, SDXL_TEXT_2_PREFIX) for k in modules["text_encoder_2"].state_dict()},
             "unet": {k: Ref(UNET_PREFIX + k) for k in modules["unet"].state_dict()},
-            "vae_decoder": {k: Ref(VAE_PREFIX + k) for k in modules["vae_decoder"].state_dict()},
+            **vae,
         }
     if family == "sd2":
         text = {k: open_clip_ref(k) for k in modules["text_encoder"].state_dict()}
@@ -96,5 +102,12 @@ def checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=Fals
     return {
         "text_encoder": text,
         "unet": {k: Ref(UNET_PREFIX + k) for k in modules["unet"].state_dict()},
-        "vae_decoder": {k: Ref(VAE_PREFIX + k) for k in modules["vae_decoder"].state_dict()},
+        **vae,
     }
+
+
+def has_vae_encoder(ckpt, diffusers=False):
+    """Whether the checkpoint holds the VAE encoder (every SD release does; a file stripped
+    of it still exports, without the encoder stage)."""
+    prefix = "vae/encoder." if diffusers else VAE_PREFIX + "encoder."
+    return any(k.startswith(prefix) for k in ckpt.keys())

@@ -162,7 +162,8 @@ def read_lora(path, table):
     if unknown:
         listed = ", ".join(unknown[:3]) + (", ..." if len(unknown) > 3 else "")
         raise ExportError(f"LoRA file {path} has {len(unknown)} key{'s' if len(unknown) > 1 else ''} that match no "
-                          f"layer of this model: {listed} (a LoRA for another model, or a layout this tool does not know)")
+                          f"layer of this model: {listed} (a LoRA for another model, or a layout this tool "
+                          f"does not know)")
     return out
 
 

@@ -10,9 +10,11 @@ import json
 import os
 import shutil
 
-from . import ops  # noqa: F401 - sd::attention and sd::linear, which the stages' code calls, must exist before torch.jit.load
+# sd::attention and sd::linear, which the stages' code calls, must exist before torch.jit.load
+from . import ops  # noqa: F401
 from .configs import alphas_cumprod
-from .report import ExportError, one_line, say
+from .jsonfile import read_json_object
+from .report import ExportError, say
 from .safetensors_io import read_tensors, write_safetensors
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,14 +73,7 @@ def find_tokenizer(tokenizer_dir, where="--tokenizer directory"):
 
 
 def read_vocab(path):
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            vocab = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ExportError(f"cannot read tokenizer vocabulary {path}: {one_line(e)}")
-    if not isinstance(vocab, dict):
-        raise ExportError(f"tokenizer vocabulary {path} is not a JSON object")
-    return vocab
+    return read_json_object(path, "tokenizer vocabulary")
 
 
 # open_clip's tokenizer (SD 2.x) names the start and end tokens differently; the C++
@@ -97,7 +92,7 @@ def open_clip_vocab(path):
 # --------------------------------------------------------------------------- model.json
 
 def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, parameterization_source,
-               latent_size=None, text_cfg_2=None, size_embedding_dim=256):
+               latent_size=None, text_cfg_2=None, size_embedding_dim=256, vae_encoder=True):
     ac = alphas_cumprod(schedule)
     down = 2 ** (len(vae_cfg["ch_mult"]) - 1)
     info = {
@@ -107,7 +102,10 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
         "parameterization_source": parameterization_source,
         "dtype": dtype,
         "scale_factor": schedule["scale_factor"],
-        "latent_channels": unet_cfg["in_channels"],
+        "latent_channels": unet_cfg["out_channels"],
+        # 4: the latents alone; 9: an inpainting UNet, whose input is the latents, the
+        # latent-size mask and the masked picture's latents (docs/model-format.md).
+        "unet_in_channels": unet_cfg["in_channels"],
         "downsample_factor": down,
         "size_multiple": down * 2 ** (len(unet_cfg["channel_mult"]) - 1),
         "context_length": text_cfg["ctx"],
@@ -128,6 +126,8 @@ def model_info(schedule, unet_cfg, vae_cfg, text_cfg, dtype, source, family, par
         "files": {"text_encoder": "text_encoder.pt", "unet": "unet.pt", "vae_decoder": "vae_decoder.pt",
                   "vocab": "vocab.json", "merges": "merges.txt"},
     }
+    if vae_encoder:  # pictures to latents (img2img, inpainting); absent from older exports
+        info["files"]["vae_encoder"] = "vae_encoder.pt"
     if latent_size:  # the picture size it was trained at, when the config says
         info["image_size"] = latent_size * down
     if text_cfg_2 is not None:  # SDXL (docs/model-format.md, "sdxl")

@@ -24,9 +24,10 @@ class no_init:
             setattr(init, n, f)
 
 
-def build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2=None):
-    """The stages; SDXL (text_cfg_2 given) has a second text encoder with the pooled output."""
-    from .modules import TextEncoder, TextEncoderWithProjection, UNetModel, VAEDecoder
+def build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2=None, vae_encoder=True):
+    """The stages; SDXL (text_cfg_2 given) has a second text encoder with the pooled output.
+    The VAE encoder comes last, so random weights of the others do not depend on it."""
+    from .modules import TextEncoder, TextEncoderWithProjection, UNetModel, VAEDecoder, VAEEncoder
     with no_init():
         text = TextEncoder(text_cfg["vocab"], text_cfg["ctx"], text_cfg["width"], text_cfg["layers"],
                            text_cfg["heads"], text_cfg["hidden"], text_cfg["quick_gelu"], text_cfg["eps"])
@@ -39,6 +40,8 @@ def build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2=None):
                 t.get("projection", t["width"]))
         modules["unet"] = UNetModel(**unet_cfg)
         modules["vae_decoder"] = VAEDecoder(**vae_cfg)
+        if vae_encoder:
+            modules["vae_encoder"] = VAEEncoder(**vae_cfg)
     return modules
 
 

@@ -138,6 +138,12 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         check_one_of(c.dtype, {"float32", "float16"}, "dtype", path);
         c.scale_factor = checked_real(j, "scale_factor", 0, 1e-6, 100, path, true);
         c.latent_channels = checked_int(j, "latent_channels", 0, 1, 64, path, true);
+        c.unet_in_channels = checked_int(j, "unet_in_channels", c.latent_channels, 1, 129, path);
+        if (c.unet_in_channels != c.latent_channels && !c.is_inpainting())
+            throw Error(path + ": \"unet_in_channels\" must be " + std::to_string(c.latent_channels) +
+                        " (text to image) or " + std::to_string(2 * c.latent_channels + 1) +
+                        " (inpainting: latents, mask, masked-picture latents), got " +
+                        std::to_string(c.unet_in_channels));
         c.downsample_factor = checked_int(j, "downsample_factor", 0, 1, 64, path, true);
         c.size_multiple = checked_int(j, "size_multiple", 0, 1, 1024, path, true);
         c.image_size = checked_int(j, "image_size", 0, 0, 16384, path);
@@ -197,6 +203,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         c.vocab_path = file("vocab", "vocab.json");
         c.merges_path = file("merges", "merges.txt");
         if (c.is_sdxl()) c.text_encoder_2_path = file("text_encoder_2", "text_encoder_2.pt");
+        if (files.contains("vae_encoder")) c.vae_encoder_path = file("vae_encoder", "vae_encoder.pt");
     } catch (const nlohmann::json::exception& e) {
         throw Error(path + ": invalid model.json (" + std::string(e.what()) + ")");
     }
@@ -217,7 +224,7 @@ ModelConfig load_model_config(const std::string& dir) {
     ss << in.rdbuf();
     const ModelConfig c = parse_model_config(ss.str(), dir);
     for (const auto& f : {c.text_encoder_path, c.unet_path, c.vae_decoder_path, c.vocab_path, c.merges_path,
-                          c.text_encoder_2_path})
+                          c.text_encoder_2_path, c.vae_encoder_path})
         if (!f.empty() && !file_exists(f)) throw Error("model file " + f + " is missing");
     return c;
 }

@@ -52,7 +52,7 @@ static constexpr double kTextActivationFloatsPerToken = 24.0;
 static constexpr double kUnetWorkingSet = 5.0, kUnetWorkingSetPerScore = 1.0;
 static constexpr double kUnetShareAtPeak = 3.0, kUnetShareAtPeakPerScore = 0.1;
 static constexpr double kVaeWorkingSet = 2.0, kVaeShareAtPeak = 1.1;
-// Layer settings every plan uses (python/sd_export/modules.py): the feed-forward runs
+// Layer settings every plan uses (python/sd_export/modules/): the feed-forward runs
 // over this many tokens at a time and a conv call takes at most this many
 // weight bytes, which bounds the transient copies of the largest layers.
 static constexpr int kFeedForwardChunk = 1024;

@@ -61,7 +61,8 @@ class Exports(unittest.TestCase):
         assert r.returncode == 0, r.stderr
         return out
 
-    def assert_same_weights(self, dir_a, dir_b, stages=("text_encoder.pt", "unet.pt", "vae_decoder.pt")):
+    def assert_same_weights(self, dir_a, dir_b,
+                            stages=("text_encoder.pt", "unet.pt", "vae_decoder.pt", "vae_encoder.pt")):
         for name in stages:
             a = load_stage(os.path.join(dir_a, name)).state_dict()
             b = load_stage(os.path.join(dir_b, name)).state_dict()
@@ -123,7 +124,8 @@ class ExportTiny2Test(Exports):
                 for ids, ref in (("tokens.npy", "cond.npy"), ("uncond_tokens.npy", "uncond.npy")):
                     worst["cond"] = max(worst["cond"], max_abs(text(torch.from_numpy(self.case(case, ids))),
                                                                self.case(case, ref)))
-                xs, ts, outs = self.case(case, "unet_x.npy"), self.case(case, "unet_t.npy"), self.case(case, "unet_out.npy")
+                xs, ts = self.case(case, "unet_x.npy"), self.case(case, "unet_t.npy")
+                outs = self.case(case, "unet_out.npy")
                 ctx = torch.from_numpy(self.case(case, "unet_context.npy"))
                 for k in sorted({0, len(xs) // 2, len(xs) - 1}):
                     out = unet(torch.from_numpy(xs[k]), torch.from_numpy(ts[k]), ctx)

@@ -20,7 +20,7 @@ from sd_export.safetensors_io import SafetensorsFile, write_safetensors
 from test_export import load_stage, run_export
 
 CASES = ("px1_euler10_64x64", "px2_euler12_64x96", "px3_dpmpp2m15_96x64", "px4_euler_a10_batch2_64x64")
-STAGES = ("text_encoder.pt", "text_encoder_2.pt", "unet.pt", "vae_decoder.pt")
+STAGES = ("text_encoder.pt", "text_encoder_2.pt", "unet.pt", "vae_decoder.pt", "vae_encoder.pt")
 
 
 class SdxlExport(Exports):
@@ -67,8 +67,9 @@ class SdxlExport(Exports):
     def test_model_json(self):
         info = read_json(os.path.join(self.st, "model.json"))
         self.assertEqual(info["family"], "sdxl")
-        self.assertEqual(info["sdxl"], {"text_encoder_width": 32, "text_encoder_2_width": 48, "text_encoder_2_pad_id": 0,
-                                        "pooled_dim": 48, "size_embedding_dim": 256, "adm_in_channels": 1584})
+        self.assertEqual(info["sdxl"], {"text_encoder_width": 32, "text_encoder_2_width": 48,
+                                        "text_encoder_2_pad_id": 0, "pooled_dim": 48, "size_embedding_dim": 256,
+                                        "adm_in_channels": 1584})
         self.assertEqual((info["context_dim"], info["pad_id"], info["text_layers_used"]), (80, 49407, 2))
         self.assertEqual(info["scale_factor"], 0.13025)
         self.assertEqual(info["files"]["text_encoder_2"], "text_encoder_2.pt")
@@ -92,7 +93,8 @@ class SdxlExport(Exports):
 
     def test_stages_reproduce_the_reference(self):
         for out in (self.st, self.diffusers):
-            te1, te2 = load_stage(os.path.join(out, "text_encoder.pt")), load_stage(os.path.join(out, "text_encoder_2.pt"))
+            te1 = load_stage(os.path.join(out, "text_encoder.pt"))
+            te2 = load_stage(os.path.join(out, "text_encoder_2.pt"))
             unet, vae = load_stage(os.path.join(out, "unet.pt")), load_stage(os.path.join(out, "vae_decoder.pt"))
             with torch.no_grad():
                 for c in CASES:
@@ -100,7 +102,8 @@ class SdxlExport(Exports):
                     hidden, pooled = te2.forward_pooled(self.case(c, "tokens_g.npy"))
                     self.assertLessEqual(max_abs(hidden, self.case(c, "emb_g.npy")), 1e-4, c)
                     self.assertLessEqual(max_abs(pooled, self.case(c, "pooled_g.npy")), 1e-4, c)
-                    x, t, ref = self.case(c, "unet_x.npy")[0], self.case(c, "unet_t.npy")[0], self.case(c, "unet_out.npy")[0]
+                    x, t = self.case(c, "unet_x.npy")[0], self.case(c, "unet_t.npy")[0]
+                    ref = self.case(c, "unet_out.npy")[0]
                     out_eps = unet(x, t, self.case(c, "unet_context.npy"), self.case(c, "unet_y.npy"))
                     self.assertLessEqual(max_abs(out_eps, ref), 2e-4, c)
                     z = self.case(c, "latents.npy") / 0.13025

@@ -27,7 +27,7 @@ import unittest
 import numpy as np
 from PIL import Image
 
-import demo_world  # scripts/ (on PYTHONPATH)
+import demo_world  # models/demo/ (on PYTHONPATH)
 
 CLI = os.environ.get("SD_TXT2IMG")
 MODEL = os.environ.get("SD_DEMO_MODEL")

@@ -21,7 +21,8 @@ RESNET = (("norm1.", "in_layers.0."), ("conv1.", "in_layers.2."), ("time_emb_pro
           ("norm2.", "out_layers.0."), ("conv2.", "out_layers.3."), ("conv_shortcut.", "skip_connection."))
 VAE_RESNET = (("conv_shortcut.", "nin_shortcut."),)
 VAE_ATTN_NEW = (("group_norm.", "norm."), ("to_q.", "q."), ("to_k.", "k."), ("to_v.", "v."), ("to_out.0.", "proj_out."))
-VAE_ATTN_OLD = (("group_norm.", "norm."), ("query.", "q."), ("key.", "k."), ("value.", "v."), ("proj_attn.", "proj_out."))
+VAE_ATTN_OLD = (("group_norm.", "norm."), ("query.", "q."), ("key.", "k."), ("value.", "v."),
+                ("proj_attn.", "proj_out."))
 
 
 class Copier:

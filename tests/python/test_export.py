@@ -201,7 +201,7 @@ class ExportTinyTest(unittest.TestCase):
 
     def test_weights_live_beside_the_archive(self):
         # The C++ loader maps STAGE.weights instead of copying tensors out of STAGE.pt.
-        for stage in ("text_encoder", "unet", "vae_decoder"):
+        for stage in ("text_encoder", "unet", "vae_decoder", "vae_encoder"):
             pt = os.path.join(self.st_dir, stage + ".pt")
             raw = torch.jit.load(pt)
             self.assertTrue(all(p.numel() == 0 for p in raw.parameters()), stage)
@@ -214,7 +214,7 @@ class ExportTinyTest(unittest.TestCase):
             self.assertTrue(all(torch.equal(stored[k], loaded[k]) and loaded[k].numel() > 0 for k in loaded), stage)
 
     def assert_same_weights(self, dir_a, dir_b, convert=None):
-        for name in ("text_encoder.pt", "unet.pt", "vae_decoder.pt"):
+        for name in ("text_encoder.pt", "unet.pt", "vae_decoder.pt", "vae_encoder.pt"):
             a = load_stage(os.path.join(dir_a, name)).state_dict()
             b = load_stage(os.path.join(dir_b, name)).state_dict()
             self.assertEqual(sorted(a), sorted(b), name)
@@ -303,7 +303,8 @@ class ExportTinyTest(unittest.TestCase):
         if expect:
             self.assertIn(expect, lines[0])
         # no half-written model
-        self.assertTrue(not os.path.exists(out) or os.listdir(out) == [], os.listdir(out) if os.path.exists(out) else "")
+        left = os.listdir(out) if os.path.exists(out) else []
+        self.assertEqual(left, [])
         return lines[0]
 
     def test_bad_inputs(self):

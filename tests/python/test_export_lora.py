@@ -15,7 +15,8 @@ from sd_export.safetensors_io import SafetensorsFile, encode_header, read_tensor
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPORT = os.path.join(REPO, "scripts", "export_model.py")
 FIX = os.path.join(REPO, "tests", "fixtures")
-TINY = ["--config", os.path.join(FIX, "tiny", "v1-tiny.yaml"), "--text-config", os.path.join(FIX, "tiny", "text_encoder.json")]
+TINY = ["--config", os.path.join(FIX, "tiny", "v1-tiny.yaml"),
+        "--text-config", os.path.join(FIX, "tiny", "text_encoder.json")]
 
 
 def export(out, *loras):
@@ -49,9 +50,9 @@ class ExportLoraTest(unittest.TestCase):
         return worst
 
     def test_baked_weights_match_diffusers(self):
-        lora = lambda f, m: os.path.join(FIX, "lora", f) + f":{m}"
-        self.assertLessEqual(self.merged_error("la0.6_lb1.0_stacked_ddim10_64x64",
-                                               [lora("lora_a.safetensors", 0.6), lora("lora_b.safetensors", 1.0)]), 1e-5)
+        lora = lambda f, m: os.path.join(FIX, "lora", f) + f":{m}"  # noqa: E731
+        stacked = [lora("lora_a.safetensors", 0.6), lora("lora_b.safetensors", 1.0)]
+        self.assertLessEqual(self.merged_error("la0.6_lb1.0_stacked_ddim10_64x64", stacked), 1e-5)
         self.assertLessEqual(self.merged_error("lb_diffusers_m0.8_ddim10_64x64",
                                                [lora("lora_b_diffusers.safetensors", 0.8)]), 1e-5)
         # The must-FAIL variation: multiplier 0.1 lower.

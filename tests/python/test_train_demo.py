@@ -1,4 +1,4 @@
-"""scripts/train_demo.py in miniature: a few steps of every phase write a checkpoint that the
+"""models/demo/train_demo.py in miniature: a few steps of every phase write a checkpoint that the
 export takes like any user's, and the same seed gives the same bytes (the tensors; the
 training is deterministic for a given thread count, which is what makes the committed demo model
 reproducible from its command and seed)."""
@@ -14,7 +14,7 @@ import unittest
 from sd_export.safetensors_io import SafetensorsFile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRAIN = os.path.join(REPO, "scripts", "train_demo.py")
+TRAIN = os.path.join(REPO, "models", "demo", "train_demo.py")
 EXPORT = os.path.join(REPO, "scripts", "export_model.py")
 TINY_RUN = ["--images", "48", "--vae-steps", "4", "--vae-full-steps", "2", "--vae-batch", "4",
             "--steps", "4", "--batch", "4", "--warmup", "2", "--evals", "1"]

@@ -122,3 +122,60 @@ TEST(ModelConfig, SdxlFieldsAreReadAndChecked) {
     EXPECT_NE(error_of(bad.dump()).find("\"pooled_dim\" is missing"), std::string::npos) << error_of(bad.dump());
     EXPECT_TRUE(sd::parse_model_config(minimal().dump(), "m").text_encoder_2_path.empty());
 }
+
+// "unet_in_channels": the latents alone, or an inpainting UNet's latents, mask and
+// masked-picture latents; absent in folders exported before it (text to image).
+TEST(ModelConfig, UnetInputChannelsAreTheLatentsOrTheInpaintingLayout) {
+    const auto plain = sd::parse_model_config(minimal().dump(), "m");
+    EXPECT_EQ(plain.unet_in_channels, 4) << "older exports lack the key";
+    EXPECT_FALSE(plain.is_inpainting());
+    auto j = minimal();
+    j["unet_in_channels"] = 9;
+    const auto inpaint = sd::parse_model_config(j.dump(), "m");
+    EXPECT_EQ(inpaint.unet_in_channels, 9);
+    EXPECT_TRUE(inpaint.is_inpainting());
+    j["unet_in_channels"] = 4;
+    EXPECT_FALSE(sd::parse_model_config(j.dump(), "m").is_inpainting());
+    for (int bad : {5, 8, 0}) {
+        j["unet_in_channels"] = bad;
+        EXPECT_NE(error_of(j.dump()).find("\"unet_in_channels\""), std::string::npos)
+            << bad << ": " << error_of(j.dump());
+    }
+    j["unet_in_channels"] = 5;
+    EXPECT_EQ(error_of(j.dump()), "m/model.json: \"unet_in_channels\" must be 4 (text to image) or 9 (inpainting: "
+                                  "latents, mask, masked-picture latents), got 5");
+    j["unet_in_channels"] = "9";
+    EXPECT_NE(error_of(j.dump()).find("must be a whole number"), std::string::npos) << error_of(j.dump());
+}
+
+// "files.vae_encoder": the encoder stage, a name inside the folder like the other
+// stages, checked to exist when named; a folder without it (exported before it)
+// still loads, with no encoder.
+TEST(ModelConfig, VaeEncoderIsOptionalAndCheckedWhenNamed) {
+    EXPECT_TRUE(sd::parse_model_config(minimal().dump(), "m").vae_encoder_path.empty());
+    auto j = minimal();
+    j["files"] = {{"vae_encoder", "vae_encoder.pt"}};
+    EXPECT_EQ(sd::parse_model_config(j.dump(), "m").vae_encoder_path, "m/vae_encoder.pt");
+    j["files"] = {{"vae_encoder", "../vae_encoder.pt"}};
+    EXPECT_EQ(error_of(j.dump()), "m/model.json: files.vae_encoder must be a file name inside the model folder, "
+                                  "got \"../vae_encoder.pt\"");
+    j["files"] = {{"vae_encoder", 7}};
+    EXPECT_NE(error_of(j.dump()).find("must be a string"), std::string::npos) << error_of(j.dump());
+
+    const std::string dir = sdtest::temp_dir();
+    for (const char* f : {"text_encoder.pt", "unet.pt", "vae_decoder.pt", "vocab.json", "merges.txt"})
+        sdtest::write_text(dir + "/" + f, "");
+    sdtest::write_text(dir + "/model.json", minimal().dump());
+    EXPECT_TRUE(sd::load_model_config(dir).vae_encoder_path.empty()) << "txt2img folders load without it";
+    j = minimal();
+    j["files"] = {{"vae_encoder", "vae_encoder.pt"}};
+    sdtest::write_text(dir + "/model.json", j.dump());
+    try {
+        sd::load_model_config(dir);
+        FAIL() << "accepted without the encoder it names";
+    } catch (const sd::Error& e) {
+        EXPECT_EQ(std::string(e.what()), "model file " + dir + "/vae_encoder.pt is missing");
+    }
+    sdtest::write_text(dir + "/vae_encoder.pt", "");
+    EXPECT_EQ(sd::load_model_config(dir).vae_encoder_path, dir + "/vae_encoder.pt");
+}

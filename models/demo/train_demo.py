@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Train the built-in demo model from scratch on the demo world (scripts/demo_world.py).
+"""Train the built-in demo model from scratch on the demo world (demo_world.py beside it).
 
-    nice -n 19 /usr/bin/python3 scripts/train_demo.py --seed 0 --out models/demo
+    nice -n 19 /usr/bin/python3 models/demo/train_demo.py --seed 0 --out models/demo
 
 A tiny model of the SD 1.x family, trained the SD way, on a CPU:
 
@@ -44,10 +44,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The sd_export package, as scripts/python_path.py puts it on the path for the commands in scripts/.
+sys.path.insert(0, os.path.join(REPO, "python"))
 
-import demo_world  # noqa: E402
-import python_path  # noqa: E402,F401  (makes python/sd_export importable)
+import demo_world  # noqa: E402  (beside this file)
 from sd_export.modules import DecoderMid, ResnetBlock, TextEncoder, UNetModel, VAEDecoder, swish, vae_norm  # noqa: E402
 from sd_export.safetensors_io import write_safetensors  # noqa: E402
 
@@ -239,7 +240,7 @@ def save_checkpoint(path, tensors, metadata):
 
 def ldm_yaml(scale_factor):
     u, v = UNET, VAE
-    return f"""# The demo model (scripts/train_demo.py): SD 1.x architecture family, tiny sizes.
+    return f"""# The demo model (models/demo/train_demo.py): SD 1.x architecture family, tiny sizes.
 # Same schema as CompVis configs/stable-diffusion/v1-inference.yaml; text encoder sizes
 # (FrozenCLIPEmbedder takes none) are in text_encoder.json.
 model:
@@ -305,7 +306,7 @@ model:
 def text_config():
     t = TEXT
     return {
-        "comment": "CLIP text transformer sizes of the demo model (scripts/train_demo.py). Keys: "
+        "comment": "CLIP text transformer sizes of the demo model (models/demo/train_demo.py). Keys: "
                    "cond_stage_model.transformer.text_model.* (HF CLIPTextModel names).",
         "vocab": t["vocab"], "ctx": t["ctx"], "width": t["width"], "layers": t["layers"], "heads": t["heads"],
         "hf_config": {"vocab_size": t["vocab"], "hidden_size": t["width"], "intermediate_size": t["hidden"],
@@ -548,7 +549,7 @@ def main(argv=None):
                evals=args.evals, on_eval=on_eval, warmup=args.warmup, t_tilt=args.t_tilt, weight_cap=args.weight_cap)
     total = time.time() - t0
     size = os.path.getsize(os.path.join(args.out, "demo.safetensors"))
-    record = dict(meta, command=" ".join(["scripts/train_demo.py"] + (argv if argv is not None else sys.argv[1:])),
+    record = dict(meta, command=" ".join(["models/demo/train_demo.py"] + (argv if argv is not None else sys.argv[1:])),
                   torch=torch.__version__, wall_seconds=round(total), vae_seconds=round(vae_time),
                   vae_rec_loss=rec, history=history, checkpoint_bytes=size)
     with open(os.path.join(args.out, "train_log.json"), "w", encoding="utf-8") as f:

@@ -1,0 +1,95 @@
+"""The layers the UNet and the VAE are built from instead of the torch.nn ones, and the
+attention settings they share.
+
+Attention (UNet ``CrossAttention`` and VAE ``AttnBlock``) reads two int attributes
+at run time, set from C++ with ``setattr`` (see docs/model-format.md):
+``attention_mode`` 0 = all heads in one batched matmul (the reference),
+1 = one head at a time (default; bit-identical to 0, far less memory),
+2 = one head at a time in chunks of ``attention_chunk`` query rows,
+3 = fused: the ``sd::attention`` operator (sd_export/ops.py), which the C++
+program implements with a kernel that never holds more than a tile of scores.
+"""
+
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import ops  # noqa: F401 - defines torch.ops.sd.attention and .linear for torch.jit.script
+
+# attention_mode values (TorchScript cannot read module globals, so forward() uses the literals).
+ATTN_ALL_HEADS = 0
+ATTN_PER_HEAD = 1
+ATTN_CHUNKED = 2
+ATTN_FUSED = 3
+DEFAULT_ATTENTION_MODE = ATTN_PER_HEAD
+DEFAULT_ATTENTION_CHUNK = 256
+
+
+# The UNet and the VAE are built from these instead of the torch.nn ones.
+# Their weights may be held in another dtype than they compute in (fp16 weights
+# with fp32 compute on a CPU, `--weights fp16`): each layer casts its weights to
+# the input's dtype as it runs, so only one layer's fp32 copy exists at a time.
+# With matching dtypes `.to` returns the tensor itself: no copy, same results.
+
+
+def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    if t is None:
+        return None
+    return t.to(dtype)
+
+
+class Linear(nn.Linear):
+    """F.linear through sd::linear (sd_export/ops.py): the C++ program runs it
+    with oneDNN instead of LibTorch's OpenBLAS path."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.sd.linear(x, self.weight.to(x.dtype), _cast(self.bias, x.dtype))
+
+
+class Conv2d(nn.Conv2d):
+    """A Conv2d that can also run in slices of output channels: `conv_split`
+    (bytes, set from C++ like the attention attributes; 0 = whole) caps the
+    weight bytes of one call, since oneDNN copies a conv's whole weight into
+    its own layout on every call and the largest SD 1.x weight is 118 MB.
+    The C++ program may instead replace the weight, once at load, by oneDNN's
+    own layout (an mkldnn tensor, src/engine/stage_loader.cpp "prepack"): the
+    layer then convolves with it directly and nothing is copied per call."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0):
+        super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
+        self.conv_split: int = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if w.is_mkldnn:  # prepacked (fp32 on the CPU only)
+            return torch.mkldnn_convolution(x.to_mkldnn(), w, self.bias, self.padding, self.stride, self.dilation,
+                                            self.groups).to_dense()
+        out_ch = w.shape[0]
+        per_call = out_ch
+        if self.conv_split > 0:
+            per_call = max(1, self.conv_split // (w[0].numel() * 4))
+        if per_call >= out_ch:
+            return self._conv_forward(x, w.to(x.dtype), _cast(self.bias, x.dtype))
+        parts: List[torch.Tensor] = []
+        for start in range(0, out_ch, per_call):
+            b = self.bias
+            if b is not None:
+                b = b[start:start + per_call].to(x.dtype)
+            parts.append(self._conv_forward(x, w[start:start + per_call].to(x.dtype), b))
+        return torch.cat(parts, 1)
+
+
+# The norms compute in fp32 whatever the input dtype (half or bf16 compute on a
+# GPU, as autocast does); for fp32 input `.float()` is the tensor itself.
+class GroupNorm(nn.GroupNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.group_norm(x.float(), self.num_groups, _cast(self.weight, torch.float32),
+                            _cast(self.bias, torch.float32), self.eps).to(x.dtype)
+
+
+class LayerNorm(nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x.float(), self.normalized_shape, _cast(self.weight, torch.float32),
+                            _cast(self.bias, torch.float32), self.eps).to(x.dtype)
