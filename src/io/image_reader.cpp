@@ -1,0 +1,224 @@
+#include "io/image_reader.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "io/fs_util.h"
+#include "sd/error.h"
+
+// stb_image's only implementation in the program (io/image_io.cpp's read_png
+// comes here too): the PNG, JPEG and BMP decoders and nothing else, reading
+// from memory only. Every allocation it makes goes through capped_realloc,
+// which refuses blocks larger than the picture's header allows: a small PNG
+// whose zlib stream inflates without end (stb_image grows its buffer up to
+// 4 GB) fails instead of taking the machine's memory.
+namespace {
+thread_local size_t g_alloc_cap = 0;
+
+void* capped_realloc(void* p, size_t n) {
+    if (n > g_alloc_cap) return nullptr;
+    return std::realloc(p, n);
+}
+}  // namespace
+
+#define STBI_MALLOC(n) capped_realloc(nullptr, n)
+#define STBI_REALLOC(p, n) capped_realloc(p, n)
+#define STBI_FREE(p) std::free(p)
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_NO_STDIO
+#define STBI_NO_LINEAR
+#define STBI_NO_HDR
+#include <stb_image.h>
+
+namespace sd {
+
+namespace {
+
+enum class Format { Unknown, Png, Jpeg, Bmp };
+
+Format sniff(std::string_view b) {
+    if (b.size() >= 8 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return Format::Png;
+    if (b.size() >= 3 && std::memcmp(b.data(), "\xff\xd8\xff", 3) == 0) return Format::Jpeg;
+    if (b.size() >= 2 && b[0] == 'B' && b[1] == 'M') return Format::Bmp;
+    return Format::Unknown;
+}
+
+const char* format_name(Format f) {
+    switch (f) {
+    case Format::Png: return "PNG";
+    case Format::Jpeg: return "JPEG";
+    case Format::Bmp: return "BMP";
+    default: return "picture";
+    }
+}
+
+uint32_t le32(std::string_view b, size_t at) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+    return v;
+}
+
+uint16_t le16(std::string_view b, size_t at) {
+    return static_cast<uint16_t>(static_cast<unsigned char>(b[at]) | (static_cast<unsigned char>(b[at + 1]) << 8));
+}
+
+// stb_image reads past the end of a BMP as zeros (a black band, no error); PNG
+// and JPEG it refuses itself (missing zlib data, missing end marker). A BMP
+// whose uncompressed rows do not fit in the file is refused here. Returns the
+// bytes its rows need, 0 when the header is one stb_image checks itself
+// (compressed, unusual) or refuses.
+uint64_t bmp_bytes_needed(std::string_view b) {
+    if (b.size() < 30) return 0;
+    const uint64_t offset = le32(b, 10);
+    const uint32_t header = le32(b, 14);
+    int64_t w = 0, h = 0;
+    uint32_t bpp = 0, compression = 0;
+    if (header == 12) {
+        w = le16(b, 18);
+        h = le16(b, 20);
+        bpp = le16(b, 24);
+    } else {
+        if (b.size() < 34) return 0;
+        w = static_cast<int32_t>(le32(b, 18));
+        h = static_cast<int32_t>(le32(b, 22));
+        bpp = le16(b, 28);
+        compression = le32(b, 30);
+    }
+    if (compression != 0 && compression != 3 && compression != 6) return 0;  // RLE: stb_image refuses
+    if (w <= 0 || bpp == 0 || bpp > 32) return 0;
+    const uint64_t rows = static_cast<uint64_t>(h < 0 ? -h : h);
+    const uint64_t row_bytes = (static_cast<uint64_t>(w) * bpp + 31) / 32 * 4;
+    return offset + row_bytes * rows;
+}
+
+// What the decoders give before conversion: 1 (grey) or 3 (RGB) channels of 8 bits.
+struct Decoded {
+    int width = 0, height = 0, channels = 0;
+    std::vector<uint8_t> v;
+};
+
+Decoded decode(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
+    const Format format = sniff(bytes);
+    if (format == Format::Unknown) throw Error(name + ": not a PNG, JPEG or BMP file");
+    if (bytes.size() > limits.max_file_bytes)
+        throw Error(name + ": " + std::to_string(bytes.size()) + " bytes, more than the " +
+                    std::to_string(limits.max_file_bytes) + " a picture may have");
+    const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
+    const int len = static_cast<int>(bytes.size());  // max_file_bytes is below 2^31
+    const std::string kind = format_name(format);
+    auto corrupt = [&]() {
+        const char* why = stbi_failure_reason();
+        return Error(name + ": truncated or corrupt " + kind + " (" + (why ? why : "unreadable") + ")");
+    };
+
+    // The header alone: sizes are checked before anything is allocated for pixels.
+    int w = 0, h = 0, comp = 0;
+    g_alloc_cap = size_t(1) << 20;
+    if (!stbi_info_from_memory(data, len, &w, &h, &comp)) {
+        const char* why = stbi_failure_reason();
+        if (why && std::strcmp(why, "too large") == 0)
+            throw Error(name + ": larger than " + std::to_string(limits.max_side) + " pixels on a side");
+        throw corrupt();
+    }
+    if (w <= 0 || h <= 0) throw Error(name + ": the " + kind + " has no pixels");
+    if (w > limits.max_side || h > limits.max_side)
+        throw Error(name + ": " + std::to_string(w) + "x" + std::to_string(h) + " pixels; sides up to " +
+                    std::to_string(limits.max_side) + " are accepted");
+    const int64_t pixels = static_cast<int64_t>(w) * h;
+    if (pixels > limits.max_pixels)
+        throw Error(name + ": " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(pixels) +
+                    " pixels, more than the " + std::to_string(limits.max_pixels) + " accepted");
+    if (format == Format::Bmp) {
+        const uint64_t needed = bmp_bytes_needed(bytes);
+        if (needed > bytes.size())
+            throw Error(name + ": truncated BMP (its rows need " + std::to_string(needed) + " bytes, the file has " +
+                        std::to_string(bytes.size()) + ")");
+    }
+
+    // No block stb_image needs for this picture is larger than 16 bytes a pixel
+    // (16-bit RGBA is 8; JPEG's coefficients are 2 a sample, padded to 16x16 blocks).
+    g_alloc_cap = 16 * (static_cast<size_t>(w) + 16) * (static_cast<size_t>(h) + 16) + (size_t(1) << 20);
+    // A channel count is always asked for: with 0, stb_image's PNG reader
+    // reports the file's count but may return one more (a tRNS chunk adds alpha).
+    Decoded out;
+    int x = 0, y = 0, n = 0;
+    if (comp == 1 && stbi_is_16_bit_from_memory(data, len)) {
+        // 16-bit grey PNG: PIL's mode "I", which convert("RGB"/"L") clamps at 255.
+        stbi_us* px = stbi_load_16_from_memory(data, len, &x, &y, &n, 1);
+        if (!px) throw corrupt();
+        out.v.resize(static_cast<size_t>(x) * y);
+        for (size_t i = 0; i < out.v.size(); ++i) out.v[i] = static_cast<uint8_t>(px[i] > 255 ? 255 : px[i]);
+        stbi_image_free(px);
+        out.channels = 1;
+    } else {
+        // Grey (with or without alpha) as one channel, everything else as RGB: stb_image
+        // drops alpha and keeps the high byte of 16-bit samples, as PIL does.
+        out.channels = comp <= 2 ? 1 : 3;
+        stbi_uc* px = stbi_load_from_memory(data, len, &x, &y, &n, out.channels);
+        if (!px) throw corrupt();
+        out.v.assign(px, px + static_cast<size_t>(x) * y * out.channels);
+        stbi_image_free(px);
+    }
+    out.width = x;
+    out.height = y;
+    g_alloc_cap = 0;
+    if (out.width != w || out.height != h)
+        throw Error(name + ": corrupt " + kind + " (its header and its pixels disagree)");
+    return out;
+}
+
+}  // namespace
+
+Image decode_image(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
+    const Decoded d = decode(bytes, name, limits);
+    Image img;
+    img.width = d.width;
+    img.height = d.height;
+    const size_t n = static_cast<size_t>(d.width) * d.height;
+    img.rgb.resize(n * 3);
+    for (size_t i = 0; i < n; ++i) {
+        const uint8_t* s = &d.v[i * d.channels];
+        uint8_t* o = &img.rgb[i * 3];
+        if (d.channels == 3) {
+            o[0] = s[0], o[1] = s[1], o[2] = s[2];
+        } else {
+            o[0] = o[1] = o[2] = s[0];  // grey replicated
+        }
+    }
+    return img;
+}
+
+GreyImage decode_mask(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
+    const Decoded d = decode(bytes, name, limits);
+    GreyImage m;
+    m.width = d.width;
+    m.height = d.height;
+    const size_t n = static_cast<size_t>(d.width) * d.height;
+    m.v.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        const uint8_t* s = &d.v[i * d.channels];
+        if (d.channels == 3) {
+            const uint32_t l = 19595u * s[0] + 38470u * s[1] + 7471u * s[2] + 32768u;
+            m.v[i] = static_cast<uint8_t>(l >> 16);
+        } else {
+            m.v[i] = s[0];
+        }
+    }
+    return m;
+}
+
+Image read_image(const std::string& path, const std::string& what, const PictureLimits& limits) {
+    const std::string bytes = read_file_capped(path, limits.max_file_bytes, what);
+    return decode_image(bytes, what + " " + path, limits);
+}
+
+GreyImage read_mask(const std::string& path, const std::string& what, const PictureLimits& limits) {
+    const std::string bytes = read_file_capped(path, limits.max_file_bytes, what);
+    return decode_mask(bytes, what + " " + path, limits);
+}
+
+}  // namespace sd
