@@ -95,6 +95,44 @@ uint64_t bmp_bytes_needed(std::string_view b) {
     return offset + row_bytes * rows;
 }
 
+uint32_t be32(std::string_view b, size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+    return v;
+}
+
+// stb_image keeps a PNG palette in an uninitialised array: a pixel whose index
+// is past the PLTE chunk's entries would take whatever was on the stack. PIL
+// gives such an index i the grey (i, i, i). A palette PNG with a short PLTE is
+// passed on with its PLTE padded to 256 entries that way (stb_image does not
+// check chunk CRCs). Returns "" when nothing needs changing (or the chunks are
+// malformed, which stb_image then reports).
+std::string pad_png_palette(std::string_view b) {
+    size_t at = 8;
+    bool palette_image = false;
+    while (at + 12 <= b.size()) {
+        const uint32_t len = be32(b, at);
+        if (len > b.size() - at - 12) return "";
+        const std::string_view type = b.substr(at + 4, 4);
+        if (type == "IHDR" && len >= 13) palette_image = static_cast<unsigned char>(b[at + 8 + 9]) == 3;
+        if (type == "IDAT" || type == "IEND") return "";
+        if (type == "PLTE") {
+            if (!palette_image || len % 3 != 0 || len >= 768) return "";
+            std::string out(b.substr(0, at));
+            std::string data(b.substr(at + 8, len));
+            for (size_t i = len / 3; i < 256; ++i) data.append(3, static_cast<char>(i));
+            for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((data.size() >> s) & 0xff);
+            out += "PLTE";
+            out += data;
+            out.append(4, '\0');  // CRC, not checked
+            out.append(b.substr(at + 12 + len));
+            return out;
+        }
+        at += 12 + static_cast<size_t>(len);
+    }
+    return "";
+}
+
 // What the decoders give before conversion: 1 (grey) or 3 (RGB) channels of 8 bits.
 struct Decoded {
     int width = 0, height = 0, channels = 0;
@@ -107,6 +145,8 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
     if (bytes.size() > limits.max_file_bytes)
         throw Error(name + ": " + std::to_string(bytes.size()) + " bytes, more than the " +
                     std::to_string(limits.max_file_bytes) + " a picture may have");
+    const std::string padded = format == Format::Png ? pad_png_palette(bytes) : "";
+    if (!padded.empty()) bytes = padded;
     const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
     const int len = static_cast<int>(bytes.size());  // max_file_bytes is below 2^31
     const std::string kind = format_name(format);

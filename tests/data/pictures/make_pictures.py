@@ -66,6 +66,9 @@ files["grey1.png"] = png(9, 2, 1, 0, [bytes([0b10110010, 0b10000000]), bytes([0b
 files["pal_trns.png"] = png(4, 2, 8, 3, [bytes([0, 1, 2, 3]), bytes([3, 2, 1, 0])],
                             chunk(b"PLTE", bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 90, 80, 70]))
                             + chunk(b"tRNS", bytes([0, 128])))
+# Indices past a short PLTE: PIL gives index i the grey (i, i, i).
+files["pal_short.png"] = png(4, 1, 8, 3, [bytes([0, 1, 5, 200])], chunk(b"PLTE", bytes([10, 20, 30, 40, 50, 60])))
+files["pal_short2.png"] = png(4, 1, 2, 3, [bytes([0b00011011])], chunk(b"PLTE", bytes([10, 20, 30, 40, 50, 60])))
 files["rgb_trns.png"] = png(3, 1, 8, 2, [bytes([1, 2, 3, 9, 9, 9, 200, 100, 0])], chunk(b"tRNS", struct.pack(">HHH", 9, 9, 9)))
 files["rgb16.png"] = png(5, 3, 16, 2, rows16(u16((3, 5 * 3))))
 files["rgba16.png"] = png(5, 3, 16, 6, rows16(u16((3, 5 * 4))))
