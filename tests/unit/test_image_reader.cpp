@@ -18,7 +18,7 @@
 
 namespace {
 
-std::string pictures() { return sdtest::env("SD_TEST_DATA_DIR") + "/pictures"; }
+std::string pictures() { return sdtest::env("SD_SOURCE_DIR") + "/tests/data/pictures"; }
 
 std::string bytes_of(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
