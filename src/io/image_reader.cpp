@@ -1,5 +1,6 @@
 #include "io/image_reader.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -133,6 +134,48 @@ std::string pad_png_palette(std::string_view b) {
     return "";
 }
 
+// Debian's stb_image (2.27) does not check that a JPEG Huffman table (DHT)
+// holds at most 256 codes: a table whose 16 counts add up to more writes past
+// its arrays (found by the image_reader fuzz harness; later stb_image versions
+// refuse it). The markers are walked as stb_image walks them (segments by
+// their length, the entropy-coded data after SOS up to the next marker) and
+// such a table is refused before stb_image sees the file. Returns the count of
+// the first bad table, 0 when there is none.
+int jpeg_oversized_huffman_table(std::string_view b) {
+    auto byte = [&](size_t i) { return static_cast<unsigned char>(b[i]); };
+    size_t at = 2;  // after SOI
+    while (at < b.size()) {
+        if (byte(at) != 0xFF) {  // junk between segments: stb_image skips it byte by byte
+            ++at;
+            continue;
+        }
+        while (at < b.size() && byte(at) == 0xFF) ++at;
+        if (at >= b.size()) return 0;
+        const unsigned m = byte(at++);
+        if (m == 0xD9) return 0;                                           // EOI
+        if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // no length
+        if (at + 2 > b.size()) return 0;
+        const size_t len = (static_cast<size_t>(byte(at)) << 8) | byte(at + 1);
+        if (m == 0xC4) {
+            // stb_image reads a table wherever one starts inside the segment,
+            // its counts even past the segment's end (zeros past the file's).
+            for (size_t t = at + 2; t < at + len && t < b.size();) {
+                int n = 0;
+                for (size_t i = 1; i <= 16; ++i) n += t + i < b.size() ? byte(t + i) : 0;
+                if (n > 256) return n;
+                t += 17 + static_cast<size_t>(n);
+            }
+        }
+        at += len;
+        if (m == 0xDA) {  // entropy-coded data: up to a marker other than FF00 and RSTn
+            while (at + 1 < b.size() &&
+                   !(byte(at) == 0xFF && byte(at + 1) != 0x00 && !(byte(at + 1) >= 0xD0 && byte(at + 1) <= 0xD7)))
+                at += byte(at) == 0xFF ? 2 : 1;
+        }
+    }
+    return 0;
+}
+
 // What the decoders give before conversion: 1 (grey) or 3 (RGB) channels of 8 bits.
 struct Decoded {
     int width = 0, height = 0, channels = 0;
@@ -145,6 +188,10 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
     if (bytes.size() > limits.max_file_bytes)
         throw Error(name + ": " + std::to_string(bytes.size()) + " bytes, more than the " +
                     std::to_string(limits.max_file_bytes) + " a picture may have");
+    if (format == Format::Jpeg) {
+        if (const int codes = jpeg_oversized_huffman_table(bytes))
+            throw Error(name + ": corrupt JPEG (a Huffman table with " + std::to_string(codes) + " codes; at most 256)");
+    }
     const std::string padded = format == Format::Png ? pad_png_palette(bytes) : "";
     if (!padded.empty()) bytes = padded;
     const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());

@@ -152,6 +152,37 @@ TEST(ImageReader, FilesThatAreNotPicturesAreRefusedInOneLine) {
     }
 }
 
+// Found by the image_reader fuzz harness: a JPEG Huffman table whose 16 counts
+// add up to more than 256 made Debian's stb_image 2.27 write past its table
+// (UBSan: index 257 out of bounds for stbi_uc[257]). Refused before stb_image
+// reads the file, also when the table follows another one in the same segment.
+TEST(ImageReader, JpegHuffmanTableWithMoreThan256CodesIsRefused) {
+    std::string jpg = bytes_of(pictures() + "/rgb.jpg");
+    const size_t dht = jpg.find("\xff\xc4");
+    ASSERT_NE(dht, std::string::npos);
+    const size_t len = (static_cast<unsigned char>(jpg[dht + 2]) << 8) | static_cast<unsigned char>(jpg[dht + 3]);
+    // The first table's counts, raised to 17 codes of each length (272).
+    std::string bad = jpg;
+    for (size_t i = 0; i < 16; ++i) bad[dht + 5 + i] = 17;
+    std::string msg = error_of([&] { sd::decode_image(bad, "h.jpg"); });
+    EXPECT_EQ(msg, "h.jpg: corrupt JPEG (a Huffman table with 272 codes; at most 256)");
+    // A second table in the same segment: the first one's length is kept, the
+    // second one's counts raised.
+    size_t first_n = 0;
+    for (size_t i = 0; i < 16; ++i) first_n += static_cast<unsigned char>(jpg[dht + 5 + i]);
+    if (dht + 4 + 17 + first_n < dht + 2 + len) {
+        bad = jpg;
+        for (size_t i = 0; i < 16; ++i) bad[dht + 4 + 17 + first_n + 1 + i] = static_cast<char>(0x40);
+        msg = error_of([&] { sd::decode_mask(bad, "h.jpg"); });
+        EXPECT_EQ(msg, "h.jpg: corrupt JPEG (a Huffman table with 1024 codes; at most 256)");
+    }
+    // The fuzzer's own input.
+    const std::string found =
+        bytes_of(sdtest::env("SD_SOURCE_DIR") + "/tests/data/fuzz-inputs/image_reader/jpeg_dht_over_256_codes");
+    msg = error_of([&] { sd::decode_image(found.substr(1), "f.jpg"); });
+    EXPECT_NE(msg.find("f.jpg: corrupt JPEG"), std::string::npos) << msg;
+}
+
 // A PNG header claiming a size, with no pixel data behind it: refused from the
 // header alone, before decoding.
 std::string png_header_only(uint32_t w, uint32_t h) {
