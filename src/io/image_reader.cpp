@@ -102,36 +102,52 @@ uint32_t be32(std::string_view b, size_t at) {
     return v;
 }
 
-// stb_image keeps a PNG palette in an uninitialised array: a pixel whose index
-// is past the PLTE chunk's entries would take whatever was on the stack. PIL
-// gives such an index i the grey (i, i, i). A palette PNG with a short PLTE is
-// passed on with its PLTE padded to 256 entries that way (stb_image does not
-// check chunk CRCs). Returns "" when nothing needs changing (or the chunks are
-// malformed, which stb_image then reports).
-std::string pad_png_palette(std::string_view b) {
-    size_t at = 8;
-    bool palette_image = false;
+// Two things stb_image (2.27) gets wrong in PNG files, put right before it
+// reads one (it does not check chunk CRCs, so chunks can be rewritten):
+//  - it keeps the palette in an uninitialised array: a pixel whose index is
+//    past the PLTE chunk's entries takes whatever was on the stack. PIL gives
+//    such an index i the grey (i, i, i); a short PLTE is padded to 256 entries
+//    that way;
+//  - an empty IDAT chunk before any data makes it memcpy to a null pointer
+//    (undefined behaviour; found by the image_reader fuzz harness): empty IDAT
+//    chunks are dropped (they hold nothing).
+// Returns "" when nothing needs changing; malformed chunks are left for
+// stb_image to report.
+std::string png_for_stb(std::string_view b) {
+    std::string out;
+    bool changed = false, palette_image = false;
+    size_t at = 8, copied = 0;  // b[copied, at) is still to be copied
+    auto flush = [&](size_t upto) {
+        out.append(b.substr(copied, upto - copied));
+        copied = upto;
+    };
     while (at + 12 <= b.size()) {
         const uint32_t len = be32(b, at);
-        if (len > b.size() - at - 12) return "";
+        if (len > b.size() - at - 12) break;
         const std::string_view type = b.substr(at + 4, 4);
+        const size_t next = at + 12 + static_cast<size_t>(len);
         if (type == "IHDR" && len >= 13) palette_image = static_cast<unsigned char>(b[at + 8 + 9]) == 3;
-        if (type == "IDAT" || type == "IEND") return "";
-        if (type == "PLTE") {
-            if (!palette_image || len % 3 != 0 || len >= 768) return "";
-            std::string out(b.substr(0, at));
+        if (type == "IDAT" && len == 0) {
+            flush(at);
+            copied = next;  // dropped
+            changed = true;
+        } else if (type == "PLTE" && palette_image && len % 3 == 0 && len < 768) {
+            flush(at);
             std::string data(b.substr(at + 8, len));
             for (size_t i = len / 3; i < 256; ++i) data.append(3, static_cast<char>(i));
-            for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((data.size() >> s) & 0xff);
+            for (int sh = 24; sh >= 0; sh -= 8) out += static_cast<char>((data.size() >> sh) & 0xff);
             out += "PLTE";
             out += data;
             out.append(4, '\0');  // CRC, not checked
-            out.append(b.substr(at + 12 + len));
-            return out;
+            copied = next;
+            changed = true;
         }
-        at += 12 + static_cast<size_t>(len);
+        if (type == "IEND") break;
+        at = next;
     }
-    return "";
+    if (!changed) return "";
+    flush(b.size());
+    return out;
 }
 
 // Debian's stb_image (2.27) does not check that a JPEG Huffman table (DHT)
@@ -192,7 +208,7 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
         if (const int codes = jpeg_oversized_huffman_table(bytes))
             throw Error(name + ": corrupt JPEG (a Huffman table with " + std::to_string(codes) + " codes; at most 256)");
     }
-    const std::string padded = format == Format::Png ? pad_png_palette(bytes) : "";
+    const std::string padded = format == Format::Png ? png_for_stb(bytes) : "";
     if (!padded.empty()) bytes = padded;
     const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
     const int len = static_cast<int>(bytes.size());  // max_file_bytes is below 2^31

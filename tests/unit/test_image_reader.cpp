@@ -183,6 +183,21 @@ TEST(ImageReader, JpegHuffmanTableWithMoreThan256CodesIsRefused) {
     EXPECT_NE(msg.find("f.jpg: corrupt JPEG"), std::string::npos) << msg;
 }
 
+// Found by the image_reader fuzz harness: an empty IDAT chunk before the data
+// made stb_image memcpy to a null pointer (UBSan). Empty IDAT chunks are dropped
+// before stb_image reads the file: the picture reads as without them.
+TEST(ImageReader, EmptyIdatChunksAreHarmless) {
+    const std::string png = bytes_of(pictures() + "/rgb8.png");
+    const size_t idat = png.find("IDAT") - 4;
+    const std::string empty_idat = std::string("\0\0\0\0IDAT", 8) + std::string("\x35\xaf\x06\x1e", 4);
+    const std::string with = png.substr(0, idat) + empty_idat + png.substr(idat);
+    EXPECT_EQ(sd::decode_image(with, "e.png").rgb, sd::decode_image(png, "p.png").rgb);
+    // Only an empty IDAT: no pixels at all.
+    const size_t iend = png.find("IEND") - 4;
+    const std::string only = png.substr(0, idat) + empty_idat + png.substr(iend);
+    EXPECT_NE(error_of([&] { sd::decode_image(only, "o.png"); }).find("o.png: truncated or corrupt PNG"), std::string::npos);
+}
+
 // A PNG header claiming a size, with no pixel data behind it: refused from the
 // header alone, before decoding.
 std::string png_header_only(uint32_t w, uint32_t h) {
