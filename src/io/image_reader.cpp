@@ -1,39 +1,11 @@
 #include "io/image_reader.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "io/fs_util.h"
+#include "io/stb_image_impl.h"
 #include "sd/error.h"
-
-// stb_image's only implementation in the program (io/image_io.cpp's read_png
-// comes here too): the PNG, JPEG and BMP decoders and nothing else, reading
-// from memory only. Every allocation it makes goes through capped_realloc,
-// which refuses blocks larger than the picture's header allows: a small PNG
-// whose zlib stream inflates without end (stb_image grows its buffer up to
-// 4 GB) fails instead of taking the machine's memory.
-namespace {
-thread_local size_t g_alloc_cap = 0;
-
-void* capped_realloc(void* p, size_t n) {
-    if (n > g_alloc_cap) return nullptr;
-    return std::realloc(p, n);
-}
-}  // namespace
-
-#define STBI_MALLOC(n) capped_realloc(nullptr, n)
-#define STBI_REALLOC(p, n) capped_realloc(p, n)
-#define STBI_FREE(p) std::free(p)
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
-#define STBI_ONLY_BMP
-#define STBI_NO_STDIO
-#define STBI_NO_LINEAR
-#define STBI_NO_HDR
-#include <stb_image.h>
 
 namespace sd {
 
@@ -210,19 +182,19 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
     }
     const std::string padded = format == Format::Png ? png_for_stb(bytes) : "";
     if (!padded.empty()) bytes = padded;
-    const auto* data = reinterpret_cast<const stbi_uc*>(bytes.data());
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
     const int len = static_cast<int>(bytes.size());  // max_file_bytes is below 2^31
     const std::string kind = format_name(format);
     auto corrupt = [&]() {
-        const char* why = stbi_failure_reason();
+        const char* why = stb::failure_reason();
         return Error(name + ": truncated or corrupt " + kind + " (" + (why ? why : "unreadable") + ")");
     };
 
     // The header alone: sizes are checked before anything is allocated for pixels.
     int w = 0, h = 0, comp = 0;
-    g_alloc_cap = size_t(1) << 20;
-    if (!stbi_info_from_memory(data, len, &w, &h, &comp)) {
-        const char* why = stbi_failure_reason();
+    stb::set_allocation_cap(size_t(1) << 20);
+    if (!stb::info(data, len, &w, &h, &comp)) {
+        const char* why = stb::failure_reason();
         if (why && std::strcmp(why, "too large") == 0)
             throw Error(name + ": larger than " + std::to_string(limits.max_side) + " pixels on a side");
         throw corrupt();
@@ -244,31 +216,31 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
 
     // No block stb_image needs for this picture is larger than 16 bytes a pixel
     // (16-bit RGBA is 8; JPEG's coefficients are 2 a sample, padded to 16x16 blocks).
-    g_alloc_cap = 16 * (static_cast<size_t>(w) + 16) * (static_cast<size_t>(h) + 16) + (size_t(1) << 20);
+    stb::set_allocation_cap(16 * (static_cast<size_t>(w) + 16) * (static_cast<size_t>(h) + 16) + (size_t(1) << 20));
     // A channel count is always asked for: with 0, stb_image's PNG reader
     // reports the file's count but may return one more (a tRNS chunk adds alpha).
     Decoded out;
     int x = 0, y = 0, n = 0;
-    if (comp == 1 && stbi_is_16_bit_from_memory(data, len)) {
+    if (comp == 1 && stb::is_16_bit(data, len)) {
         // 16-bit grey PNG: PIL's mode "I", which convert("RGB"/"L") clamps at 255.
-        stbi_us* px = stbi_load_16_from_memory(data, len, &x, &y, &n, 1);
+        uint16_t* px = stb::load_16(data, len, &x, &y, &n, 1);
         if (!px) throw corrupt();
         out.v.resize(static_cast<size_t>(x) * y);
         for (size_t i = 0; i < out.v.size(); ++i) out.v[i] = static_cast<uint8_t>(px[i] > 255 ? 255 : px[i]);
-        stbi_image_free(px);
+        stb::free_image(px);
         out.channels = 1;
     } else {
         // Grey (with or without alpha) as one channel, everything else as RGB: stb_image
         // drops alpha and keeps the high byte of 16-bit samples, as PIL does.
         out.channels = comp <= 2 ? 1 : 3;
-        stbi_uc* px = stbi_load_from_memory(data, len, &x, &y, &n, out.channels);
+        uint8_t* px = stb::load(data, len, &x, &y, &n, out.channels);
         if (!px) throw corrupt();
         out.v.assign(px, px + static_cast<size_t>(x) * y * out.channels);
-        stbi_image_free(px);
+        stb::free_image(px);
     }
     out.width = x;
     out.height = y;
-    g_alloc_cap = 0;
+    stb::set_allocation_cap(0);
     if (out.width != w || out.height != h)
         throw Error(name + ": corrupt " + kind + " (its header and its pixels disagree)");
     return out;
