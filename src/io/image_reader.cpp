@@ -1,6 +1,7 @@
 #include "io/image_reader.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "io/fs_util.h"
@@ -173,9 +174,10 @@ struct Decoded {
 Decoded decode(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
     const Format format = sniff(bytes);
     if (format == Format::Unknown) throw Error(name + ": not a PNG, JPEG or BMP file");
-    if (bytes.size() > limits.max_file_bytes)
-        throw Error(name + ": " + std::to_string(bytes.size()) + " bytes, more than the " +
-                    std::to_string(limits.max_file_bytes) + " a picture may have");
+    const size_t max_bytes = std::min<size_t>(limits.max_file_bytes, INT_MAX);  // stb_image takes an int length
+    if (bytes.size() > max_bytes)
+        throw Error(name + ": " + std::to_string(bytes.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                    " a picture may have");
     if (format == Format::Jpeg) {
         if (const int codes = jpeg_oversized_huffman_table(bytes))
             throw Error(name + ": corrupt JPEG (a Huffman table with " + std::to_string(codes) + " codes; at most 256)");
@@ -183,7 +185,7 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
     const std::string padded = format == Format::Png ? png_for_stb(bytes) : "";
     if (!padded.empty()) bytes = padded;
     const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-    const int len = static_cast<int>(bytes.size());  // max_file_bytes is below 2^31
+    const int len = static_cast<int>(bytes.size());
     const std::string kind = format_name(format);
     auto corrupt = [&]() {
         const char* why = stb::failure_reason();
