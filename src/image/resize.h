@@ -6,8 +6,11 @@
 // Catmull-Rom filter in both directions, on the stored values (no sRGB
 // linearisation, as PIL), edges clamped. It is not PIL's LANCZOS, which
 // CompVis, diffusers and A1111 use: a picture that has to be resized gives
-// pixels a few levels away from theirs. A picture already at the size is
-// returned unchanged, as PIL does, so the reference cases are not affected.
+// pixels a few levels away from theirs (measured on the 64x96 init.png of
+// img2img/cases/cv_ddim10_s0.3_96x64 against PIL 9.4's LANCZOS: to 64x40,
+// 192x128 and 50x50, mean 0.6-0.9 levels, 99th percentile 5-7, largest 9-19 at
+// sharp edges). A picture already at the size is returned unchanged, as PIL
+// does, so the reference cases are not affected.
 #pragma once
 #include <string>
 
