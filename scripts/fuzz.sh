@@ -3,7 +3,7 @@
 # ./build-fuzz and runs each for SECONDS (default 600), one after another.
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]     harnesses: weight_index model_config
 #                                              prompts prompt_weights tokenizer png_text
-#                                              torch_pickle lora_file
+#                                              torch_pickle lora_file image_reader
 # Each run starts from the committed seeds (tests/fuzz/corpus/<harness>) and the
 # inputs earlier runs kept (build-fuzz/corpus/<harness>); a crashing input is
 # written to build-fuzz/crashes/<harness>/ and the run ends with status 1.
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(weight_index model_config prompts prompt_weights tokenizer png_text torch_pickle lora_file)
+all=(weight_index model_config prompts prompt_weights tokenizer png_text torch_pickle lora_file image_reader)
 seconds=600
 if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then seconds=$1; shift; fi
 harnesses=("$@")

@@ -10,4 +10,10 @@ struct Image {
     std::vector<uint8_t> rgb;  // height * width * 3, row-major
 };
 
+// One 8-bit channel (an inpainting mask: 255 = repaint, 0 = keep).
+struct GreyImage {
+    int width = 0, height = 0;
+    std::vector<uint8_t> v;  // height * width, row-major
+};
+
 }  // namespace sd

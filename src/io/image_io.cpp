@@ -5,13 +5,10 @@
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
 #include <stb_image_write.h>
-#define STB_IMAGE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#define STBI_ONLY_PNG
-#include <stb_image.h>
 
 #include "sd/error.h"
 #include "io/fs_util.h"
+#include "io/image_reader.h"
 #include "io/png_text.h"
 
 namespace sd {
@@ -59,15 +56,10 @@ Image make_grid(const std::vector<Image>& images, int columns) {
 }
 
 Image read_png(const std::string& path) {
-    int w = 0, h = 0, c = 0;
-    unsigned char* data = stbi_load(path.c_str(), &w, &h, &c, 3);
-    if (!data) throw Error("cannot read PNG " + path);
-    Image img;
-    img.width = w;
-    img.height = h;
-    img.rgb.assign(data, data + static_cast<size_t>(w) * h * 3);
-    stbi_image_free(data);
-    return img;
+    const PictureLimits limits;
+    const std::string bytes = read_file_capped(path, limits.max_file_bytes, "PNG");
+    if (bytes.compare(0, 8, "\x89PNG\r\n\x1a\n", 8) != 0) throw Error("cannot read PNG " + path + ": not a PNG");
+    return decode_image(bytes, "PNG " + path, limits);
 }
 
 }  // namespace sd

@@ -1,4 +1,4 @@
-// PNG output (stb_image_write) and input (stb_image, for tests and tools).
+// PNG output (stb_image_write) and input (io/image_reader.h's decoder, for tests and tools).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -6,7 +6,10 @@
 #include <map>
 #include <string>
 
+#include "image/mask.h"
+#include "image/resize.h"
 #include "io/image_io.h"
+#include "io/image_reader.h"
 #include "io/lora_keys.h"
 #include "io/png_text.h"
 #include "io/torch_pickle.h"
@@ -282,11 +285,39 @@ void lora_file(const uint8_t* data, size_t size) {
     }
 }
 
+void image_reader(const uint8_t* data, size_t size) {
+    if (size == 0) return;
+    const bool mask = data[0] & 1;
+    const std::string_view bytes(reinterpret_cast<const char*>(data + 1), size - 1);
+    // Small limits, so that a header's size cannot take the fuzzer's memory.
+    sd::PictureLimits limits;
+    limits.max_side = 1024;
+    limits.max_pixels = 1 << 18;
+    sd::Image img;
+    sd::GreyImage grey;
+    try {
+        if (mask) grey = sd::decode_mask(bytes, "fuzz", limits);
+        else img = sd::decode_image(bytes, "fuzz", limits);
+    } catch (const sd::Error&) {
+        return;
+    }
+    const int w = mask ? grey.width : img.width, h = mask ? grey.height : img.height;
+    require(w >= 1 && h >= 1 && w <= limits.max_side && h <= limits.max_side && int64_t(w) * h <= limits.max_pixels,
+            "accepted size outside the limits");
+    require((mask ? grey.v.size() : img.rgb.size()) == size_t(w) * h * (mask ? 1 : 3), "pixel count");
+    // The accepted picture through the geometry: every mode gives the size asked for.
+    for (auto mode : {sd::ResizeMode::Just, sd::ResizeMode::Crop, sd::ResizeMode::Fill}) {
+        if (mask) require(sd::fit_grey(grey, 24, 16, mode).v.size() == 24u * 16u, "fit_grey size");
+        else require(sd::fit_image(img, 16, 24, mode).rgb.size() == 16u * 24u * 3u, "fit_image size");
+    }
+    if (mask) require(sd::blur_mask(grey, 2).v.size() == grey.v.size(), "blur size");
+}
+
 const std::vector<Named>& all_targets() {
     static const std::vector<Named> targets = {
         {"weight_index", weight_index}, {"model_config", model_config}, {"prompts", prompts},
         {"prompt_weights", prompt_weights}, {"tokenizer", tokenizer},     {"png_text", png_text},
-        {"torch_pickle", torch_pickle}, {"lora_file", lora_file},
+        {"torch_pickle", torch_pickle}, {"lora_file", lora_file},       {"image_reader", image_reader},
     };
     return targets;
 }

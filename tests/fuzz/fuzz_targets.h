@@ -43,6 +43,12 @@ void torch_pickle(const uint8_t* data, size_t size);
 // A LoRA file (io/lora_keys.h parse_lora) against a small fixed model: the input is a whole file.
 void lora_file(const uint8_t* data, size_t size);
 
+// A picture or mask a user hands in (io/image_reader.h decode_image /
+// decode_mask, under small limits): the first byte's low bit chooses the mask
+// reader, the rest is the file. What it accepts then goes through the resize
+// modes and the mask blur (src/image/).
+void image_reader(const uint8_t* data, size_t size);
+
 struct Named {
     const char* name;  // also the folder name under tests/fuzz/corpus/ and tests/data/fuzz-inputs/
     Target run;

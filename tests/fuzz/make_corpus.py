@@ -4,7 +4,8 @@ a few small valid inputs per target, each shaped the way its harness reads
 bytes (tests/fuzz/fuzz_targets.h); and the inputs of the bugs found while
 fuzzing (tests/data/fuzz-inputs/<target>/, replayed by
 tests/unit/test_fuzz_inputs.cpp). Run again after changing it; the files are
-committed, so this is only needed to remake them."""
+committed, so this is only needed to remake them. The image_reader seeds are
+made with the pictures they come from, by tests/data/pictures/make_pictures.py."""
 import json
 import struct
 import zlib

@@ -1,0 +1,301 @@
+#include "io/image_reader.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "io/fs_util.h"
+#include "io/stb_image_impl.h"
+#include "sd/error.h"
+
+namespace sd {
+
+namespace {
+
+enum class Format { Unknown, Png, Jpeg, Bmp };
+
+Format sniff(std::string_view b) {
+    if (b.size() >= 8 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return Format::Png;
+    if (b.size() >= 3 && std::memcmp(b.data(), "\xff\xd8\xff", 3) == 0) return Format::Jpeg;
+    if (b.size() >= 2 && b[0] == 'B' && b[1] == 'M') return Format::Bmp;
+    return Format::Unknown;
+}
+
+const char* format_name(Format f) {
+    switch (f) {
+    case Format::Png: return "PNG";
+    case Format::Jpeg: return "JPEG";
+    case Format::Bmp: return "BMP";
+    default: return "picture";
+    }
+}
+
+uint32_t le32(std::string_view b, size_t at) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+    return v;
+}
+
+uint16_t le16(std::string_view b, size_t at) {
+    return static_cast<uint16_t>(static_cast<unsigned char>(b[at]) | (static_cast<unsigned char>(b[at + 1]) << 8));
+}
+
+// stb_image reads past the end of a BMP as zeros (a black band, no error); PNG
+// and JPEG it refuses itself (missing zlib data, missing end marker). A BMP
+// whose uncompressed rows do not fit in the file is refused here. Returns the
+// bytes its rows need, 0 when the header is one stb_image checks itself
+// (compressed, unusual) or refuses.
+uint64_t bmp_bytes_needed(std::string_view b) {
+    if (b.size() < 30) return 0;
+    const uint64_t offset = le32(b, 10);
+    const uint32_t header = le32(b, 14);
+    int64_t w = 0, h = 0;
+    uint32_t bpp = 0, compression = 0;
+    if (header == 12) {
+        w = le16(b, 18);
+        h = le16(b, 20);
+        bpp = le16(b, 24);
+    } else {
+        if (b.size() < 34) return 0;
+        w = static_cast<int32_t>(le32(b, 18));
+        h = static_cast<int32_t>(le32(b, 22));
+        bpp = le16(b, 28);
+        compression = le32(b, 30);
+    }
+    if (compression != 0 && compression != 3 && compression != 6) return 0;  // RLE: stb_image refuses
+    if (w <= 0 || bpp == 0 || bpp > 32) return 0;
+    const uint64_t rows = static_cast<uint64_t>(h < 0 ? -h : h);
+    const uint64_t row_bytes = (static_cast<uint64_t>(w) * bpp + 31) / 32 * 4;
+    return offset + row_bytes * rows;
+}
+
+uint32_t be32(std::string_view b, size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+    return v;
+}
+
+// Two things stb_image (2.27) gets wrong in PNG files, put right before it
+// reads one (it does not check chunk CRCs, so chunks can be rewritten):
+//  - it keeps the palette in an uninitialised array: a pixel whose index is
+//    past the PLTE chunk's entries takes whatever was on the stack. PIL gives
+//    such an index i the grey (i, i, i); a short PLTE is padded to 256 entries
+//    that way;
+//  - an empty IDAT chunk before any data makes it memcpy to a null pointer
+//    (undefined behaviour; found by the image_reader fuzz harness): empty IDAT
+//    chunks are dropped (they hold nothing).
+// Returns "" when nothing needs changing; malformed chunks are left for
+// stb_image to report.
+std::string png_for_stb(std::string_view b) {
+    std::string out;
+    bool changed = false, palette_image = false;
+    size_t at = 8, copied = 0;  // b[copied, at) is still to be copied
+    auto flush = [&](size_t upto) {
+        out.append(b.substr(copied, upto - copied));
+        copied = upto;
+    };
+    while (at + 12 <= b.size()) {
+        const uint32_t len = be32(b, at);
+        if (len > b.size() - at - 12) break;
+        const std::string_view type = b.substr(at + 4, 4);
+        const size_t next = at + 12 + static_cast<size_t>(len);
+        if (type == "IHDR" && len >= 13) palette_image = static_cast<unsigned char>(b[at + 8 + 9]) == 3;
+        if (type == "IDAT" && len == 0) {
+            flush(at);
+            copied = next;  // dropped
+            changed = true;
+        } else if (type == "PLTE" && palette_image && len % 3 == 0 && len < 768) {
+            flush(at);
+            std::string data(b.substr(at + 8, len));
+            for (size_t i = len / 3; i < 256; ++i) data.append(3, static_cast<char>(i));
+            for (int sh = 24; sh >= 0; sh -= 8) out += static_cast<char>((data.size() >> sh) & 0xff);
+            out += "PLTE";
+            out += data;
+            out.append(4, '\0');  // CRC, not checked
+            copied = next;
+            changed = true;
+        }
+        if (type == "IEND") break;
+        at = next;
+    }
+    if (!changed) return "";
+    flush(b.size());
+    return out;
+}
+
+// Debian's stb_image (2.27) does not check that a JPEG Huffman table (DHT)
+// holds at most 256 codes: a table whose 16 counts add up to more writes past
+// its arrays (found by the image_reader fuzz harness; later stb_image versions
+// refuse it). The markers are walked as stb_image walks them (segments by
+// their length, the entropy-coded data after SOS up to the next marker) and
+// such a table is refused before stb_image sees the file. Returns the count of
+// the first bad table, 0 when there is none.
+int jpeg_oversized_huffman_table(std::string_view b) {
+    auto byte = [&](size_t i) { return static_cast<unsigned char>(b[i]); };
+    size_t at = 2;  // after SOI
+    while (at < b.size()) {
+        if (byte(at) != 0xFF) {  // junk between segments: stb_image skips it byte by byte
+            ++at;
+            continue;
+        }
+        while (at < b.size() && byte(at) == 0xFF) ++at;
+        if (at >= b.size()) return 0;
+        const unsigned m = byte(at++);
+        if (m == 0xD9) return 0;                                           // EOI
+        if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // no length
+        if (at + 2 > b.size()) return 0;
+        const size_t len = (static_cast<size_t>(byte(at)) << 8) | byte(at + 1);
+        if (m == 0xC4) {
+            // stb_image reads a table wherever one starts inside the segment,
+            // its counts even past the segment's end (zeros past the file's).
+            for (size_t t = at + 2; t < at + len && t < b.size();) {
+                int n = 0;
+                for (size_t i = 1; i <= 16; ++i) n += t + i < b.size() ? byte(t + i) : 0;
+                if (n > 256) return n;
+                t += 17 + static_cast<size_t>(n);
+            }
+        }
+        at += len;
+        if (m == 0xDA) {  // entropy-coded data: up to a marker other than FF00 and RSTn
+            while (at + 1 < b.size() &&
+                   !(byte(at) == 0xFF && byte(at + 1) != 0x00 && !(byte(at + 1) >= 0xD0 && byte(at + 1) <= 0xD7)))
+                at += byte(at) == 0xFF ? 2 : 1;
+        }
+    }
+    return 0;
+}
+
+// What the decoders give before conversion: 1 (grey) or 3 (RGB) channels of 8 bits.
+struct Decoded {
+    int width = 0, height = 0, channels = 0;
+    std::vector<uint8_t> v;
+};
+
+Decoded decode(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
+    const Format format = sniff(bytes);
+    if (format == Format::Unknown) throw Error(name + ": not a PNG, JPEG or BMP file");
+    const size_t max_bytes = std::min<size_t>(limits.max_file_bytes, INT_MAX);  // stb_image takes an int length
+    if (bytes.size() > max_bytes)
+        throw Error(name + ": " + std::to_string(bytes.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                    " a picture may have");
+    if (format == Format::Jpeg) {
+        if (const int codes = jpeg_oversized_huffman_table(bytes))
+            throw Error(name + ": corrupt JPEG (a Huffman table with " + std::to_string(codes) + " codes; at most 256)");
+    }
+    const std::string padded = format == Format::Png ? png_for_stb(bytes) : "";
+    if (!padded.empty()) bytes = padded;
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+    const int len = static_cast<int>(bytes.size());
+    const std::string kind = format_name(format);
+    auto corrupt = [&]() {
+        const char* why = stb::failure_reason();
+        return Error(name + ": truncated or corrupt " + kind + " (" + (why ? why : "unreadable") + ")");
+    };
+
+    // The header alone: sizes are checked before anything is allocated for pixels.
+    int w = 0, h = 0, comp = 0;
+    stb::set_allocation_cap(size_t(1) << 20);
+    if (!stb::info(data, len, &w, &h, &comp)) {
+        const char* why = stb::failure_reason();
+        if (why && std::strcmp(why, "too large") == 0)
+            throw Error(name + ": larger than " + std::to_string(limits.max_side) + " pixels on a side");
+        throw corrupt();
+    }
+    if (w <= 0 || h <= 0) throw Error(name + ": the " + kind + " has no pixels");
+    if (w > limits.max_side || h > limits.max_side)
+        throw Error(name + ": " + std::to_string(w) + "x" + std::to_string(h) + " pixels; sides up to " +
+                    std::to_string(limits.max_side) + " are accepted");
+    const int64_t pixels = static_cast<int64_t>(w) * h;
+    if (pixels > limits.max_pixels)
+        throw Error(name + ": " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(pixels) +
+                    " pixels, more than the " + std::to_string(limits.max_pixels) + " accepted");
+    if (format == Format::Bmp) {
+        const uint64_t needed = bmp_bytes_needed(bytes);
+        if (needed > bytes.size())
+            throw Error(name + ": truncated BMP (its rows need " + std::to_string(needed) + " bytes, the file has " +
+                        std::to_string(bytes.size()) + ")");
+    }
+
+    // No block stb_image needs for this picture is larger than 16 bytes a pixel
+    // (16-bit RGBA is 8; JPEG's coefficients are 2 a sample, padded to 16x16 blocks).
+    stb::set_allocation_cap(16 * (static_cast<size_t>(w) + 16) * (static_cast<size_t>(h) + 16) + (size_t(1) << 20));
+    // A channel count is always asked for: with 0, stb_image's PNG reader
+    // reports the file's count but may return one more (a tRNS chunk adds alpha).
+    Decoded out;
+    int x = 0, y = 0, n = 0;
+    if (comp == 1 && stb::is_16_bit(data, len)) {
+        // 16-bit grey PNG: PIL's mode "I", which convert("RGB"/"L") clamps at 255.
+        uint16_t* px = stb::load_16(data, len, &x, &y, &n, 1);
+        if (!px) throw corrupt();
+        out.v.resize(static_cast<size_t>(x) * y);
+        for (size_t i = 0; i < out.v.size(); ++i) out.v[i] = static_cast<uint8_t>(px[i] > 255 ? 255 : px[i]);
+        stb::free_image(px);
+        out.channels = 1;
+    } else {
+        // Grey (with or without alpha) as one channel, everything else as RGB: stb_image
+        // drops alpha and keeps the high byte of 16-bit samples, as PIL does.
+        out.channels = comp <= 2 ? 1 : 3;
+        uint8_t* px = stb::load(data, len, &x, &y, &n, out.channels);
+        if (!px) throw corrupt();
+        out.v.assign(px, px + static_cast<size_t>(x) * y * out.channels);
+        stb::free_image(px);
+    }
+    out.width = x;
+    out.height = y;
+    stb::set_allocation_cap(0);
+    if (out.width != w || out.height != h)
+        throw Error(name + ": corrupt " + kind + " (its header and its pixels disagree)");
+    return out;
+}
+
+}  // namespace
+
+Image decode_image(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
+    const Decoded d = decode(bytes, name, limits);
+    Image img;
+    img.width = d.width;
+    img.height = d.height;
+    const size_t n = static_cast<size_t>(d.width) * d.height;
+    img.rgb.resize(n * 3);
+    for (size_t i = 0; i < n; ++i) {
+        const uint8_t* s = &d.v[i * d.channels];
+        uint8_t* o = &img.rgb[i * 3];
+        if (d.channels == 3) {
+            o[0] = s[0], o[1] = s[1], o[2] = s[2];
+        } else {
+            o[0] = o[1] = o[2] = s[0];  // grey replicated
+        }
+    }
+    return img;
+}
+
+GreyImage decode_mask(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
+    const Decoded d = decode(bytes, name, limits);
+    GreyImage m;
+    m.width = d.width;
+    m.height = d.height;
+    const size_t n = static_cast<size_t>(d.width) * d.height;
+    m.v.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        const uint8_t* s = &d.v[i * d.channels];
+        if (d.channels == 3) {
+            const uint32_t l = 19595u * s[0] + 38470u * s[1] + 7471u * s[2] + 32768u;
+            m.v[i] = static_cast<uint8_t>(l >> 16);
+        } else {
+            m.v[i] = s[0];
+        }
+    }
+    return m;
+}
+
+Image read_image(const std::string& path, const std::string& what, const PictureLimits& limits) {
+    const std::string bytes = read_file_capped(path, limits.max_file_bytes, what);
+    return decode_image(bytes, what + " " + path, limits);
+}
+
+GreyImage read_mask(const std::string& path, const std::string& what, const PictureLimits& limits) {
+    const std::string bytes = read_file_capped(path, limits.max_file_bytes, what);
+    return decode_mask(bytes, what + " " + path, limits);
+}
+
+}  // namespace sd

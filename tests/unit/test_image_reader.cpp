@@ -1,0 +1,278 @@
+// The picture and mask reader (src/io/image_reader.h) against PIL's
+// convert("RGB") / convert("L") on crafted files (tests/data/pictures, made by
+// make_pictures.py with PIL 9.4), and its refusals.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/image_io.h"
+#include "io/image_reader.h"
+#include "sd/error.h"
+#include "test_util.h"
+
+namespace {
+
+std::string pictures() { return sdtest::env("SD_SOURCE_DIR") + "/tests/data/pictures"; }
+
+std::string bytes_of(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(in.good()) << path;
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct Expected {
+    std::string name;
+    int w = 0, h = 0;
+};
+
+std::vector<Expected> expected_list() {
+    std::vector<Expected> out;
+    std::istringstream in(bytes_of(pictures() + "/expected.txt"));
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream ls(line);
+        Expected e;
+        if (ls >> e.name >> e.w >> e.h) out.push_back(e);
+    }
+    return out;
+}
+
+bool is_jpeg(const std::string& name) { return name.size() > 4 && name.substr(name.size() - 4) == ".jpg"; }
+
+// The message of the sd::Error that f throws ("" if none).
+template <class F>
+std::string error_of(F f) {
+    try {
+        f();
+    } catch (const sd::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(ImageReader, PngAndBmpConvertExactlyAsPil) {
+    const auto list = expected_list();
+    ASSERT_GE(list.size(), 20u);
+    int compared = 0;
+    for (const auto& e : list) {
+        if (is_jpeg(e.name)) continue;
+        SCOPED_TRACE(e.name);
+        const std::string file = bytes_of(pictures() + "/" + e.name);
+        const sd::Image img = sd::decode_image(file, e.name);
+        ASSERT_EQ(img.width, e.w);
+        ASSERT_EQ(img.height, e.h);
+        const std::string rgb = bytes_of(pictures() + "/" + e.name + ".rgb");
+        EXPECT_EQ(std::string(img.rgb.begin(), img.rgb.end()), rgb);
+        const sd::GreyImage mask = sd::decode_mask(file, e.name);
+        ASSERT_EQ(mask.width, e.w);
+        const std::string l = bytes_of(pictures() + "/" + e.name + ".l");
+        EXPECT_EQ(std::string(mask.v.begin(), mask.v.end()), l);
+        ++compared;
+    }
+    EXPECT_GE(compared, 18);
+}
+
+// stb_image's JPEG decoder is not libjpeg: on smooth pictures the two stay a
+// few levels apart (measured: at most 2 on these two files).
+TEST(ImageReader, JpegIsCloseToPil) {
+    for (const char* name : {"rgb.jpg", "grey.jpg"}) {
+        SCOPED_TRACE(name);
+        const std::string file = bytes_of(pictures() + "/" + name);
+        const sd::Image img = sd::decode_image(file, name);
+        const std::string rgb = bytes_of(pictures() + "/" + name + ".rgb");
+        ASSERT_EQ(img.rgb.size(), rgb.size());
+        int worst = 0;
+        for (size_t i = 0; i < rgb.size(); ++i)
+            worst = std::max(worst, std::abs(int(img.rgb[i]) - int(static_cast<unsigned char>(rgb[i]))));
+        EXPECT_LE(worst, 4);
+    }
+}
+
+TEST(ImageReader, AlphaIsDroppedNotComposited) {
+    // rgba8.png's first row is fully transparent: its colours survive, as in PIL.
+    const std::string file = bytes_of(pictures() + "/rgba8.png");
+    const sd::Image img = sd::decode_image(file, "rgba8.png");
+    const std::string rgb = bytes_of(pictures() + "/rgba8.png.rgb");
+    bool any_dark = false, any_light = false;
+    for (int x = 0; x < img.width * 3; ++x) {
+        EXPECT_EQ(img.rgb[x], static_cast<unsigned char>(rgb[x]));
+        any_dark = any_dark || img.rgb[x] < 100;
+        any_light = any_light || img.rgb[x] > 155;
+    }
+    EXPECT_TRUE(any_dark && any_light);  // not all black or white, as compositing would make them
+}
+
+TEST(ImageReader, SixteenBitGreyIsClampedTheOthersKeepTheHighByte) {
+    // grey16.png holds 16-bit values; PIL (mode "I") clamps, so any value >= 255 is white.
+    const sd::Image grey = sd::decode_image(bytes_of(pictures() + "/grey16.png"), "grey16.png");
+    const std::string l = bytes_of(pictures() + "/grey16.png.l");
+    int white = 0, other = 0;
+    for (size_t i = 0; i < l.size(); ++i) {
+        EXPECT_EQ(grey.rgb[i * 3], static_cast<unsigned char>(l[i]));
+        (static_cast<unsigned char>(l[i]) == 255 ? white : other)++;
+    }
+    EXPECT_GT(white, 0);
+    EXPECT_GT(other, 0);
+}
+
+TEST(ImageReader, FilesThatAreNotPicturesAreRefusedInOneLine) {
+    const std::string png = bytes_of(pictures() + "/rgb8.png");
+    const std::string jpg = bytes_of(pictures() + "/rgb.jpg");
+    const std::string bmp = bytes_of(pictures() + "/rgb24.bmp");
+    struct Case {
+        std::string bytes, expect;
+    } cases[] = {
+        {"", "not a PNG, JPEG or BMP file"},
+        {"GIF89a\x01\x00\x01\x00", "not a PNG, JPEG or BMP file"},
+        {"RIFF....WEBPVP8 ", "not a PNG, JPEG or BMP file"},
+        {png.substr(0, png.size() / 2), "truncated or corrupt PNG"},
+        {png.substr(0, 20), "truncated or corrupt PNG"},
+        {jpg.substr(0, jpg.size() - 2), "truncated or corrupt JPEG"},
+        {jpg.substr(0, jpg.size() / 2), "truncated or corrupt JPEG"},
+        {bmp.substr(0, bmp.size() - 1), "truncated BMP"},
+        {bmp.substr(0, 40), "truncated"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.expect);
+        for (bool mask : {false, true}) {
+            const std::string msg = error_of([&] {
+                if (mask) sd::decode_mask(c.bytes, "--mask m.png");
+                else sd::decode_image(c.bytes, "--init-img i.png");
+            });
+            EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+            EXPECT_EQ(msg.rfind(mask ? "--mask m.png: " : "--init-img i.png: ", 0), 0u) << msg;
+            EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+        }
+    }
+}
+
+// Found by the image_reader fuzz harness: a JPEG Huffman table whose 16 counts
+// add up to more than 256 made Debian's stb_image 2.27 write past its table
+// (UBSan: index 257 out of bounds for stbi_uc[257]). Refused before stb_image
+// reads the file, also when the table follows another one in the same segment.
+TEST(ImageReader, JpegHuffmanTableWithMoreThan256CodesIsRefused) {
+    std::string jpg = bytes_of(pictures() + "/rgb.jpg");
+    const size_t dht = jpg.find("\xff\xc4");
+    ASSERT_NE(dht, std::string::npos);
+    const size_t len = (static_cast<unsigned char>(jpg[dht + 2]) << 8) | static_cast<unsigned char>(jpg[dht + 3]);
+    // The first table's counts, raised to 17 codes of each length (272).
+    std::string bad = jpg;
+    for (size_t i = 0; i < 16; ++i) bad[dht + 5 + i] = 17;
+    std::string msg = error_of([&] { sd::decode_image(bad, "h.jpg"); });
+    EXPECT_EQ(msg, "h.jpg: corrupt JPEG (a Huffman table with 272 codes; at most 256)");
+    // A second table in the same segment: the first one's length is kept, the
+    // second one's counts raised.
+    size_t first_n = 0;
+    for (size_t i = 0; i < 16; ++i) first_n += static_cast<unsigned char>(jpg[dht + 5 + i]);
+    if (dht + 4 + 17 + first_n < dht + 2 + len) {
+        bad = jpg;
+        for (size_t i = 0; i < 16; ++i) bad[dht + 4 + 17 + first_n + 1 + i] = static_cast<char>(0x40);
+        msg = error_of([&] { sd::decode_mask(bad, "h.jpg"); });
+        EXPECT_EQ(msg, "h.jpg: corrupt JPEG (a Huffman table with 1024 codes; at most 256)");
+    }
+    // The fuzzer's own input.
+    const std::string found =
+        bytes_of(sdtest::env("SD_SOURCE_DIR") + "/tests/data/fuzz-inputs/image_reader/jpeg_dht_over_256_codes");
+    msg = error_of([&] { sd::decode_image(found.substr(1), "f.jpg"); });
+    EXPECT_NE(msg.find("f.jpg: corrupt JPEG"), std::string::npos) << msg;
+}
+
+// Found by the image_reader fuzz harness: an empty IDAT chunk before the data
+// made stb_image memcpy to a null pointer (UBSan). Empty IDAT chunks are dropped
+// before stb_image reads the file: the picture reads as without them.
+TEST(ImageReader, EmptyIdatChunksAreHarmless) {
+    const std::string png = bytes_of(pictures() + "/rgb8.png");
+    const size_t idat = png.find("IDAT") - 4;
+    const std::string empty_idat = std::string("\0\0\0\0IDAT", 8) + std::string("\x35\xaf\x06\x1e", 4);
+    const std::string with = png.substr(0, idat) + empty_idat + png.substr(idat);
+    EXPECT_EQ(sd::decode_image(with, "e.png").rgb, sd::decode_image(png, "p.png").rgb);
+    // Only an empty IDAT: no pixels at all.
+    const size_t iend = png.find("IEND") - 4;
+    const std::string only = png.substr(0, idat) + empty_idat + png.substr(iend);
+    EXPECT_NE(error_of([&] { sd::decode_image(only, "o.png"); }).find("o.png: truncated or corrupt PNG"), std::string::npos);
+}
+
+// A PNG header claiming a size, with no pixel data behind it: refused from the
+// header alone, before decoding.
+std::string png_header_only(uint32_t w, uint32_t h) {
+    std::string ihdr = "IHDR";
+    for (uint32_t v : {w, h})
+        for (int s = 24; s >= 0; s -= 8) ihdr += static_cast<char>((v >> s) & 0xff);
+    ihdr += std::string("\x08\x02\x00\x00\x00", 5);
+    std::string out = "\x89PNG\r\n\x1a\n";
+    out += std::string("\x00\x00\x00\x0d", 4) + ihdr + std::string(4, '\0');  // CRC not checked by stb_image
+    return out;
+}
+
+TEST(ImageReader, SizesOverTheLimitsAreRefusedBeforeDecoding) {
+    EXPECT_NE(error_of([] { sd::decode_image(png_header_only(16385, 8), "big.png"); }).find("16385x8 pixels; sides up to 16384"),
+              std::string::npos);
+    EXPECT_NE(error_of([] { sd::decode_image(png_header_only(8, 20000), "big.png"); }).find("sides up to 16384"),
+              std::string::npos);
+    // 16384 x 16384 = 268 megapixels: each side is fine, the total is not.
+    const std::string msg = error_of([] { sd::decode_image(png_header_only(16384, 16384), "big.png"); });
+    EXPECT_NE(msg.find("268435456 pixels, more than the 256000000 accepted"), std::string::npos) << msg;
+    EXPECT_NE(error_of([] { sd::decode_image(png_header_only(0x7fffffff, 1), "huge.png"); }).find("huge.png: "),
+              std::string::npos);
+    // Within the limits, the missing data is what is reported.
+    EXPECT_NE(error_of([] { sd::decode_image(png_header_only(64, 64), "p.png"); }).find("truncated or corrupt PNG"),
+              std::string::npos);
+    // Custom limits (the fuzz harness uses small ones).
+    sd::PictureLimits small;
+    small.max_side = 4;
+    EXPECT_NE(error_of([&] { sd::decode_image(bytes_of(pictures() + "/rgb8.png"), "p", small); }).find("7x5 pixels"),
+              std::string::npos);
+    small = {};
+    small.max_file_bytes = 10;
+    EXPECT_NE(error_of([&] { sd::decode_image(bytes_of(pictures() + "/rgb8.png"), "p", small); }).find("bytes, more than"),
+              std::string::npos);
+}
+
+// A 64x64 PNG whose zlib stream inflates to 64 MiB: stb_image would grow its
+// buffer to hold all of it (up to 4 GB for other files); the allocation cap,
+// sized from the header, stops it with one line.
+TEST(ImageReader, InflatingPngIsStoppedByTheAllocationCap) {
+    const std::string file = bytes_of(pictures() + "/inflates_64mib.png");
+    ASSERT_LT(file.size(), 100000u);
+    const std::string msg = error_of([&] { sd::decode_image(file, "bomb.png"); });
+    EXPECT_EQ(msg, "bomb.png: truncated or corrupt PNG (outofmem)");
+    // The cap is per decode: a good picture still reads afterwards.
+    EXPECT_EQ(sd::decode_image(bytes_of(pictures() + "/rgb8.png"), "p").width, 7);
+}
+
+TEST(ImageReader, ReadsFilesThroughTheCappedReader) {
+    const std::string dir = sdtest::temp_dir();
+    EXPECT_EQ(sd::read_image(pictures() + "/rgb8.png", "--init-img").width, 7);
+    EXPECT_EQ(sd::read_mask(pictures() + "/grey8.png", "--mask").height, 6);
+    std::string msg = error_of([&] { sd::read_image(dir + "/missing.png", "--init-img"); });
+    EXPECT_EQ(msg, "--init-img " + dir + "/missing.png does not exist");
+    msg = error_of([&] { sd::read_mask(dir, "--mask"); });
+    EXPECT_NE(msg.find("is a folder"), std::string::npos) << msg;
+    const std::string fifo = dir + "/fifo.png";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    msg = error_of([&] { sd::read_image(fifo, "--init-img"); });
+    EXPECT_NE(msg.find("FIFO"), std::string::npos) << msg;
+    sd::PictureLimits small;
+    small.max_file_bytes = 16;
+    msg = error_of([&] { sd::read_image(pictures() + "/rgb8.png", "--init-img", small); });
+    EXPECT_NE(msg.find("more than the 16"), std::string::npos) << msg;
+}
+
+TEST(ImageReader, ReadPngStillReadsTheToolsOwnOutput) {
+    sd::Image img;
+    img.width = 3;
+    img.height = 2;
+    for (int i = 0; i < 18; ++i) img.rgb.push_back(static_cast<uint8_t>(i * 13));
+    const std::string path = sdtest::temp_dir() + "/x.png";
+    ASSERT_TRUE(sd::save_png_new(path, img));
+    EXPECT_EQ(sd::read_png(path).rgb, img.rgb);
+    EXPECT_NE(error_of([] { sd::read_png(pictures() + "/rgb24.bmp"); }).find("not a PNG"), std::string::npos);
+}
+
+}  // namespace
