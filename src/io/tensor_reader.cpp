@@ -180,8 +180,7 @@ void TensorReader::read(const std::vector<size_t>& which, const std::function<ch
     const auto add = [&](uint64_t n) {
         if (n > options_.max_bytes - std::min(total, options_.max_bytes))
             throw Error(options_.what + " " + path_ + ": its tensors would take more than " + mib(options_.max_bytes) +
-                        " of memory, this reader's limit for it (a damaged or hostile file, or not a " +
-                        options_.what + "?)");
+                        " of memory, this reader's limit for such a file (a damaged or hostile file?)");
         total += n;
     };
     for (size_t i : which) {
