@@ -39,7 +39,8 @@ Vectors read_vectors(const std::string& path) {
         NamedTensors read = read_tensors(file, [&](const TensorEntry& e) { return e.name == name; });
         if (!read.at(0).second.is_floating_point())
             throw Error("embedding " + path + ": " + printable(name) + " is not a float tensor");
-        return {name, file.sha256().substr(0, 10)  /* A1111's short hash, as embedding_short_hash */, read.at(0).second.to(at::kFloat)};
+        const std::string hash = file.sha256().substr(0, 10);  // A1111's short hash, as embedding_short_hash
+        return {name, hash, read.at(0).second.to(at::kFloat)};
     } catch (const Error& e) {
         const std::string m = e.what();
         if (m.rfind("embedding ", 0) == 0) throw;
