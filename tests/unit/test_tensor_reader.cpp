@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <new>
 
 #include "io/printable.h"
 #include "io/sha256.h"
@@ -124,4 +125,17 @@ TEST(Printable, EscapesWhatATerminalWouldNotShow) {
     EXPECT_EQ(sd::printable("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
     EXPECT_EQ(sd::printable("\xc0\xaf\xed\xa0\x80"), "\\xc0\\xaf\\xed\\xa0\\x80");  // overlong, surrogate
     EXPECT_EQ(sd::printable(std::string(300, 'k'), 10), std::string(10, 'k') + "...");
+}
+
+// An allocation that fails while reading is "out of memory" naming the file,
+// not "not a valid zip archive of tensors" (issue 32).
+TEST(TensorReader, AllocationFailureIsReportedAsOutOfMemory) {
+    for (bool deflate : {false, true}) {
+        const std::string path = make_zip("oom.pt", deflate);
+        sd::TensorReadOptions o;
+        o.what = "test file";
+        sd::TensorReader f(path, o);
+        const std::string m = refusal([&] { f.read({0}, [](size_t) -> char* { throw std::bad_alloc(); }); });
+        EXPECT_NE(m.find("cannot read " + path + ": out of memory"), std::string::npos) << m;
+    }
 }
