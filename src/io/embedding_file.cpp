@@ -59,7 +59,7 @@ std::string embedding_tensor_name(const std::vector<std::string>& names, const s
     if (names.size() == 1) return names[0];
     if (names.empty()) throw Error("embedding " + path + " holds no tensor");
     std::string list;
-    for (size_t k = 0; k < names.size() && k < 4; ++k) list += (k ? ", " : "") + names[k];
+    for (size_t k = 0; k < names.size() && k < 4; ++k) list += (k ? ", " : "") + printable(names[k], 64);
     if (names.size() > 4) list += ", ...";
     throw Error("embedding " + path + " holds " + std::to_string(names.size()) + " tensors (" + list +
                 ") and none is emb_params or string_to_param.*: not a textual-inversion embedding of one text encoder");
