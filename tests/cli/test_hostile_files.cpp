@@ -23,18 +23,7 @@ namespace fs = std::filesystem;
 
 class Hostile : public ::testing::Test {
 protected:
-    static std::string dir_;   // the crafted files
-    static std::string made_;  // hostile_files.py's output, if it failed
-
-    static void SetUpTestSuite() {
-        dir_ = sdtest::temp_dir();
-        const auto r = sdtest::run({sdtest::env("SD_PYTHON"), sdtest::env("SD_SOURCE_DIR") + "/tests/cli/hostile_files.py",
-                                    dir_, sdtest::fixtures()});
-        if (r.exit_code != 0) made_ = r.err;
-    }
-
     void SetUp() override {
-        ASSERT_TRUE(made_.empty()) << "hostile_files.py failed:\n" << made_;
         out_ = sdtest::temp_dir();
         sdtest::write_text(out_ + "/00000.png", "an earlier image");  // must stay as it is
     }
@@ -49,10 +38,17 @@ protected:
     sdtest::BoundedResult refused(std::vector<std::string> more, const std::string& must_mention) const {
         return sdtest::expect_refused(args(std::move(more)), out_, must_mention);
     }
-    static std::string crafted(const std::string& name) { return dir_ + "/" + name; }
+    // A file of hostile_files.py, made for this test in a folder of its own.
+    static std::string crafted(const std::string& name) {
+        const std::string dir = sdtest::temp_dir();
+        const auto r = sdtest::run({sdtest::env("SD_PYTHON"), sdtest::env("SD_SOURCE_DIR") + "/tests/cli/hostile_files.py",
+                                    dir, sdtest::fixtures(), name});
+        EXPECT_EQ(r.exit_code, 0) << "hostile_files.py " << name << ":\n" << r.err;
+        EXPECT_TRUE(fs::is_regular_file(dir + "/" + name)) << name << " was not made";  // else "does not exist" would pass
+        return dir + "/" + name;
+    }
     std::string out_;
 };
-std::string Hostile::dir_, Hostile::made_;
 
 std::string fifo_in(const std::string& dir, const std::string& name) {
     const std::string p = dir + "/" + name;
