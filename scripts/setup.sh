@@ -11,6 +11,7 @@ packages=(
   libcli11-dev            # command-line flags
   libstb-dev              # stb_image_write: PNG output
   nlohmann-json3-dev      # model.json, vocab.json, JSON lines
+  zlib1g-dev              # deflated records of torch.save archives (src/io/zip_reader.cpp)
   libicu-dev              # Unicode for the CLIP tokenizer (NFC, categories, lower-case)
   libgtest-dev            # tests
   clang-format            # scripts/check_format.sh: the C++ style of .clang-format

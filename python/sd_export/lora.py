@@ -6,6 +6,7 @@ W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape)
 several files stacked in order. Errors are one line (ExportError)."""
 
 import hashlib
+import math
 import os
 import re
 
@@ -23,8 +24,13 @@ PROCESSOR = {".processor.to_q_lora": ".to_q", ".processor.to_k_lora": ".to_k", "
              ".processor.to_out_lora": ".to_out.0"}
 
 
+# As the CLI (src/text/lora_tags.cpp): weights in use lie within about -2..2; past
+# +-100 a LoRA is noise, and 1e300 overflows the fp32 weights it is baked into.
+MAX_WEIGHT = 100.0
+
+
 def parse_lora_arg(text):
-    """'FILE[:WEIGHT]' -> (path, weight): a trailing ':number' is the weight."""
+    """'FILE[:WEIGHT]' -> (path, weight): a trailing ':number' is the weight, finite and within +-100."""
     path, weight = text, 1.0
     head, sep, tail = text.rpartition(":")
     if sep:
@@ -34,6 +40,11 @@ def parse_lora_arg(text):
             pass
     if not path:
         raise ExportError(f"--lora '{text}' names no file (--lora FILE[:WEIGHT])")
+    if math.isnan(weight):
+        raise ExportError(f"--lora {text}: the weight '{tail}' is not a number (NaN) (--lora FILE[:WEIGHT])")
+    if not abs(weight) <= MAX_WEIGHT:
+        raise ExportError(f"--lora {text}: the weight '{tail}' is outside -{MAX_WEIGHT:g} .. {MAX_WEIGHT:g} "
+                          "(--lora FILE[:WEIGHT])")
     return path, weight
 
 
@@ -128,6 +139,7 @@ def _check_fit(path, key, stage, param, w, down, up):
 
 def read_lora(path, table):
     """[(key, stage, parameter name, parameter, down, up, scale)] of one file, checked against the model."""
+    import torch
     if not os.path.isfile(path):
         raise ExportError(f"LoRA file {path} does not exist")
     with SafetensorsFile(path) as f:
@@ -155,9 +167,14 @@ def read_lora(path, table):
                 continue
             stage, name, param = table[module]
             down, up = f.load(p["down"]).float(), f.load(p["up"]).float()
+            for key, t in ((p["down"], down), (p["up"], up)):
+                if not torch.isfinite(t).all():
+                    raise ExportError(f"LoRA file {path}: its tensor {key!r} holds NaN or infinite values")
             _check_fit(path, module, stage, name, tuple(param.shape), tuple(down.shape), tuple(up.shape))
             rank = down.shape[0]
             alpha = float(f.load(p["alpha"]).float().reshape(-1)[0]) if "alpha" in p else float(rank)
+            if not math.isfinite(alpha):
+                raise ExportError(f"LoRA file {path} has an alpha that is not a finite number: {module!r}")
             out.append((module, stage, name, param, down, up, alpha / rank))
     if unknown:
         listed = ", ".join(unknown[:3]) + (", ..." if len(unknown) > 3 else "")

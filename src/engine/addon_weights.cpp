@@ -1,19 +1,27 @@
 #include "engine/addon_weights.h"
 
-#include "engine/tensor_file.h"
-#include "io/fs_util.h"
 #include "sd/error.h"
 
 namespace sd {
 
-// read_tensor_file (tensor_file.h) does the reading and its checks; add-ons
-// use only floating tensors (a checkpoint's int64 position_ids are left out).
-NamedTensors read_addon_weights(const std::string& path, const std::string& what) {
-    if (!file_exists(path) || is_directory(path)) throw Error(what + ": no such file " + path);
-    NamedTensors out;
-    for (auto& [name, t] : read_tensor_file(path))
-        if (t.is_floating_point()) out.emplace_back(name, t.to(at::kFloat));
+NamedTensors read_addon_weights(const std::string& path, const std::string& what, uint64_t max_bytes,
+                                const std::function<bool(const std::string&)>& wanted) {
+    TensorReadOptions options;
+    options.what = what;
+    options.max_bytes = max_bytes;
+    TensorReader file(path, options);
+    NamedTensors out = read_tensors(file, [&](const TensorEntry& e) { return wanted(e.name); });
+    for (auto& [name, t] : out)
+        if (t.is_floating_point()) t = t.to(at::kFloat);
     return out;
+}
+
+std::string float_dtype_problem(const at::Tensor& t) {
+    if (t.is_floating_point()) return "";
+    const at::ScalarType s = t.scalar_type();
+    const char* name = s == at::kLong ? "I64" : s == at::kInt ? "I32" : s == at::kShort ? "I16" : s == at::kChar ? "I8"
+                       : s == at::kByte ? "U8" : s == at::kBool ? "BOOL" : c10::toString(s);
+    return std::string("has dtype ") + name + ", expected a float type";
 }
 
 }  // namespace sd

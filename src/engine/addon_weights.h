@@ -1,19 +1,24 @@
 // Reading the weights of add-on files given at run time (a TAESD decoder, a
-// standalone VAE): every tensor of the file, by name, widened to fp32.
+// standalone VAE): the tensors of the file it needs, by name, floats widened to fp32.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include <ATen/ATen.h>
+#include "engine/tensor_file.h"
 
 namespace sd {
 
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-
 // A .safetensors file, or a torch.save archive (.pth/.pt/.ckpt/.bin) read by
-// the restricted reader (no code runs). Floating tensors come back as fp32;
-// `what` names the file's role in messages ("--vae"). Throws sd::Error.
-NamedTensors read_addon_weights(const std::string& path, const std::string& what);
+// the restricted reader (no code runs). Only the tensors whose names `wanted`
+// accepts are read (a full checkpoint given to --vae costs its VAE, not its
+// UNet); floating ones come back as fp32, any other as stored, for the caller
+// to refuse by name. `what` names the file's role in messages ("--vae");
+// max_bytes bounds the memory of the read (io/tensor_reader.h). Throws sd::Error.
+NamedTensors read_addon_weights(const std::string& path, const std::string& what, uint64_t max_bytes,
+                                const std::function<bool(const std::string&)>& wanted);
+
+// "has dtype I64, expected a float type" when the tensor is not a float, else "".
+std::string float_dtype_problem(const at::Tensor& t);
 
 }  // namespace sd

@@ -4,6 +4,8 @@
 
 #include "engine/tensor_file.h"
 #include "io/embedding_file.h"
+#include "io/fs_util.h"
+#include "io/printable.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -13,29 +15,41 @@ namespace {
 // model or a LoRA given by mistake, and reading all its tensors would take its size in memory.
 constexpr uintmax_t kMaxEmbeddingBytes = 64u << 20;
 
-// The tensor of an embedding file that holds its vectors, and its name (embedding_file.h).
-std::pair<std::string, at::Tensor> read_vectors(const std::string& path) {
-    std::error_code ec;
-    const uintmax_t size = std::filesystem::file_size(path, ec);
-    if (!ec && size > kMaxEmbeddingBytes)
+struct Vectors {
+    std::string name, hash;  // the tensor's name, A1111's short hash of the file
+    at::Tensor tensor;
+};
+
+// The tensor of an embedding file that holds its vectors, its name
+// (embedding_file.h) and the file's hash, from one open of the file.
+Vectors read_vectors(const std::string& path) {
+    const size_t size = check_regular_file(path, "embedding");
+    if (size > kMaxEmbeddingBytes)
         throw Error("embedding " + path + " is " + std::to_string(size >> 20) +
                     " MiB: far larger than a textual-inversion embedding (a model or a LoRA?)");
-    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    TensorReadOptions options;
+    options.what = "embedding";
+    options.max_bytes = kMaxEmbeddingBytes;
+    options.hash = true;
     try {
-        tensors = read_tensor_file(path);
+        TensorReader file(path, options);
+        std::vector<std::string> names;
+        for (const auto& t : file.tensors()) names.push_back(t.name);
+        const std::string name = embedding_tensor_name(names, path);
+        NamedTensors read = read_tensors(file, [&](const TensorEntry& e) { return e.name == name; });
+        if (!read.at(0).second.is_floating_point())
+            throw Error("embedding " + path + ": " + printable(name) + " is not a float tensor");
+        const std::string hash = file.sha256().substr(0, 10);  // A1111's short hash, as embedding_short_hash
+        return {name, hash, read.at(0).second.to(at::kFloat)};
     } catch (const Error& e) {
-        throw Error(std::string("textual-inversion embedding: ") + e.what());  // the message names the file
+        const std::string m = e.what();
+        if (m.rfind("embedding ", 0) == 0) throw;
+        throw Error("textual-inversion embedding: " + m);  // the message names the file
     }
-    std::vector<std::string> names;
-    for (const auto& t : tensors) names.push_back(t.first);
-    const std::string name = embedding_tensor_name(names, path);
-    for (const auto& t : tensors)
-        if (t.first == name) return {name, t.second.to(at::kFloat)};
-    throw Error("embedding " + path + ": no tensor " + name);  // not reached: the name is one of them
 }
 
 // Vectors [n, D] from a stored tensor [D] (diffusers) or [n, D], checked.
-at::Tensor as_vectors(const at::Tensor& t, const std::string& path, int width, int max_vectors) {
+at::Tensor as_vectors(const at::Tensor& t, const std::string& path, const std::string& name, int width, int max_vectors) {
     const at::Tensor v = t.dim() == 1 ? t.unsqueeze(0) : t;
     if (v.dim() != 2) throw Error("embedding " + path + ": its tensor has " + std::to_string(t.dim()) +
                                   " dimensions; an embedding is [vectors, width] or [width]");
@@ -46,7 +60,8 @@ at::Tensor as_vectors(const at::Tensor& t, const std::string& path, int width, i
     if (v.size(0) < 1 || v.size(0) > max_vectors)
         throw Error("embedding " + path + " has " + std::to_string(v.size(0)) + " vectors; between 1 and " +
                     std::to_string(max_vectors) + " fit in a prompt window");
-    if (!at::isfinite(v).all().item<bool>()) throw Error("embedding " + path + " holds NaN or infinite values");
+    if (!at::isfinite(v).all().item<bool>())
+        throw Error("embedding " + path + ": its tensor " + printable(name) + " holds NaN or infinite values");
     return v.contiguous();
 }
 
@@ -57,15 +72,19 @@ std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, in
     for (const auto& path : files) {
         if (!is_embedding_file_name(path))
             throw Error("embedding " + path + ": not an embedding file (.safetensors, .pt or .bin)");
-        auto [name, tensor] = read_vectors(path);
+        Vectors v = read_vectors(path);
         Embedding e;
         e.path = path;
-        e.trigger = embedding_trigger(path, name);
-        e.vectors = as_vectors(tensor, path, width, max_vectors);
-        e.hash = embedding_short_hash(path);
+        e.trigger = embedding_trigger(path, v.name);
+        check_trigger_word(e.trigger, "embedding " + path);
+        e.vectors = as_vectors(v.tensor, path, v.name, width, max_vectors);
+        e.hash = v.hash;
+        // Matching is exact-case, but two triggers that differ only in case
+        // (Emb.pt, emb.pt) would leave the user guessing which one a prompt calls.
         for (const auto& other : out)
-            if (other.trigger == e.trigger)
-                throw Error("embeddings " + other.path + " and " + path + " both have the trigger word \"" + e.trigger + "\"");
+            if (same_ignoring_case(other.trigger, e.trigger))
+                throw Error("embeddings " + other.path + " and " + path + " both have the trigger word \"" +
+                            printable(e.trigger) + "\"" + (other.trigger == e.trigger ? "" : " (differing only in case)"));
         out.push_back(std::move(e));
     }
     return out;

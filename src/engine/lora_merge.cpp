@@ -1,41 +1,43 @@
 #include "engine/lora_merge.h"
 
-#include <fstream>
 #include <map>
 
+#include "engine/tensor_file.h"
+#include "io/printable.h"
+#include "io/tensor_reader.h"
 #include "sd/error.h"
 
 namespace sd {
 
 namespace {
 
-at::ScalarType dtype_of(const std::string& name) {
-    return name == "F32" ? at::kFloat : name == "F16" ? at::kHalf : at::kBFloat16;
-}
-
-// One tensor of a LoRA file, widened to fp32 (the index checked its range).
-at::Tensor read_tensor(std::ifstream& f, const WeightEntry& w, const std::string& path) {
-    at::Tensor t = at::empty(w.shape, at::TensorOptions().dtype(dtype_of(w.dtype)));
-    f.seekg(static_cast<std::streamoff>(w.begin));
-    if (!f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(w.end - w.begin)))
-        throw Error("LoRA file " + path + " cannot be read (truncated?)");
-    return t.to(at::kFloat);
+// A module's down and up tensors, widened to fp32, checked finite.
+std::pair<at::Tensor, at::Tensor> read_pair(const LoraFile& file, const LoraModule& m) {
+    if (!file.file) throw Error("LoRA file " + file.path + " is not open (read it with read_lora)");
+    const long down = file.file->find(m.down.name), up = file.file->find(m.up.name);
+    if (down < 0 || up < 0) throw Error("LoRA file " + file.path + " lacks the tensors of " + printable(m.key));
+    NamedTensors t = read_tensors(*file.file, [&](const TensorEntry& e) { return e.name == m.down.name || e.name == m.up.name; });
+    std::pair<at::Tensor, at::Tensor> out;
+    for (auto& [name, tensor] : t) {
+        at::Tensor f = tensor.to(at::kFloat);
+        if (!at::isfinite(f).all().item<bool>())
+            throw Error("LoRA file " + file.path + ": its tensor " + printable(name) + " holds NaN or infinite values");
+        (name == m.down.name ? out.first : out.second) = f;
+    }
+    return out;
 }
 
 struct Change {
     const LoraModule* module;
-    const std::string* path;
+    const LoraFile* file;
     double weight;
 };
 
 }  // namespace
 
-at::Tensor lora_delta(const LoraModule& module, const std::string& path, at::IntArrayRef shape) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw Error("cannot read LoRA file " + path);
-    const at::Tensor down = read_tensor(f, module.down, path).flatten(1);
-    const at::Tensor up = read_tensor(f, module.up, path).flatten(1);
-    return up.mm(down).mul_(module.scale()).reshape(shape);
+at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArrayRef shape) {
+    const auto [down, up] = read_pair(file, module);
+    return up.flatten(1).mm(down.flatten(1)).mul_(module.scale()).reshape(shape);
 }
 
 void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras) {
@@ -43,7 +45,7 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
     for (const auto& l : loras) {
         const double weight = stage == "unet" ? l.unet_weight : l.text_weight;
         for (const auto& mod : l.file.modules)
-            if (mod.stage == stage) changes[mod.param].push_back({&mod, &l.file.path, weight});
+            if (mod.stage == stage) changes[mod.param].push_back({&mod, &l.file, weight});
     }
     if (changes.empty()) return;
     at::NoGradGuard no_grad;
@@ -54,7 +56,7 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
         // A copy: the original may be the mapped file's bytes (fp32) or fp16.
         at::Tensor w = p.value.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
         for (const auto& c : it->second)
-            if (c.weight != 0) w.add_(lora_delta(*c.module, *c.path, w.sizes()), c.weight);
+            if (c.weight != 0) w.add_(lora_delta(*c.file, *c.module, w.sizes()), c.weight);
         at::Tensor target = p.value;
         target.set_data(w);  // the mapped original's last reference goes: its pages are released
         ++applied;

@@ -23,8 +23,10 @@ struct LoraMerge {
 // parameters are left as they are. Throws sd::Error when a LoRA file cannot be read.
 void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras);
 
-// The fp32 change one module makes to its target of this shape, before the multiplier:
-// (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(shape).
-at::Tensor lora_delta(const LoraModule& module, const std::string& path, at::IntArrayRef shape);
+// The fp32 change one module of `file` makes to its target of this shape, before the
+// multiplier: (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(shape). Its
+// tensors come from the file read_lora opened; NaN or infinite values are refused,
+// naming the file and the tensor.
+at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArrayRef shape);
 
 }  // namespace sd

@@ -37,6 +37,7 @@ struct Mapping {
 };
 
 std::shared_ptr<Mapping> map_file(const std::string& path) {
+    check_regular_file(path, "weights file");
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error("cannot read weights file " + path);
     struct stat st {};
@@ -165,6 +166,7 @@ void map_weights(torch::jit::Module& m, const std::string& path, const std::vect
 // inside the .pt.
 std::optional<std::vector<WeightEntry>> checked_weight_index(const std::string& path) {
     if (!file_exists(path)) throw Error("model file " + path + " is missing");
+    check_regular_file(path, "model file");  // a FIFO or device would block or spin the archive reader
     ShapeMap shapes;
     try {
         shapes = shapes_in_archive(path);

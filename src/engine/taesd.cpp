@@ -4,6 +4,7 @@
 
 #include "engine/addon_weights.h"
 #include "io/fs_util.h"
+#include "io/printable.h"
 #include "io/weight_file.h"
 #include "sd/error.h"
 
@@ -26,6 +27,9 @@ constexpr Layer kLayers[] = {
     {17, Kind::conv_no_bias}, {18, Kind::block}, {19, Kind::conv},
 };
 constexpr int kLatentChannels = 4;
+// A TAESD decoder is ~1.2 M parameters (5 MB in fp32); a file whose tensors
+// need more is not one, and is refused before its memory is taken.
+constexpr uint64_t kMaxTaesdBytes = 256u << 20;
 
 
 // Every tensor the decoder needs, by madebyollin's name, for C channels.
@@ -84,16 +88,17 @@ std::string taesd_path_of(const std::string& spec, const std::string& flag) {
 }
 
 TaesdDecoder TaesdDecoder::load(const std::string& path) {
-    if (!file_exists(path) && !is_directory(path)) throw Error("TAESD decoder " + path + " does not exist");
+    if (!is_directory(path)) check_regular_file(path, "TAESD decoder");  // a FIFO would block the read
     const std::string file = weights_file_of(path);
     TaesdDecoder d;
-    for (auto& [name, t] : read_addon_weights(file, "TAESD decoder")) {
-        if (is_encoder(name)) continue;
+    for (auto& [name, t] : read_addon_weights(file, "TAESD decoder", kMaxTaesdBytes,
+                                              [](const std::string& n) { return !is_encoder(n); }))
         d.weights_[madebyollin_name(name)] = t.contiguous();
-    }
     const auto first = d.weights_.find("1.weight");
     if (first == d.weights_.end())
         throw Error("TAESD decoder " + file + " lacks the tensor 1.weight (decoder.layers.0.weight): not a TAESD decoder");
+    if (const std::string p = float_dtype_problem(first->second); !p.empty())
+        throw Error("TAESD decoder " + file + ": 1.weight " + p);
     if (first->second.dim() != 4 || first->second.size(0) < 1)
         throw Error("TAESD decoder " + file + ": 1.weight is " + shape_text(first->second.sizes().vec()) +
                     ", a TAESD decoder's is [C,4,3,3]");
@@ -102,6 +107,8 @@ TaesdDecoder TaesdDecoder::load(const std::string& path) {
     for (const auto& [name, shape] : expected) {
         const auto it = d.weights_.find(name);
         if (it == d.weights_.end()) throw Error("TAESD decoder " + file + " lacks the tensor " + name);
+        if (const std::string p = float_dtype_problem(it->second); !p.empty())
+            throw Error("TAESD decoder " + file + ": " + name + " " + p);
         if (it->second.sizes() != at::IntArrayRef(shape))
             throw Error("TAESD decoder " + file + ": " + name + " is " + shape_text(it->second.sizes().vec()) + ", expected " +
                         shape_text(shape) + " for " + std::to_string(d.channels_) + " channels");
@@ -110,7 +117,8 @@ TaesdDecoder TaesdDecoder::load(const std::string& path) {
         for (const auto& [name, t] : d.weights_) {
             bool known = false;
             for (const auto& e : expected) known = known || e.first == name;
-            if (!known) throw Error("TAESD decoder " + file + " holds an unexpected tensor " + name + ": not a TAESD decoder");
+            if (!known)
+                throw Error("TAESD decoder " + file + " holds an unexpected tensor " + printable(name) + ": not a TAESD decoder");
         }
     }
     for (auto& [name, t] : d.weights_)

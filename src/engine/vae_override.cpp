@@ -2,6 +2,7 @@
 
 
 #include "engine/addon_weights.h"
+#include "io/printable.h"
 #include "io/weight_file.h"
 #include "sd/error.h"
 
@@ -10,6 +11,10 @@ namespace sd {
 namespace {
 
 bool starts_with(const std::string& s, const std::string& head) { return s.compare(0, head.size(), head) == 0; }
+
+// SD's VAE decoder is ~50 M parameters (200 MB in fp32; SDXL's the same); the
+// decoder tensors of a file needing more than this are not a VAE's.
+constexpr uint64_t kMaxVaeBytes = uint64_t{1} << 30;
 
 
 // A name as vae_decoder.weights spells it, or "" for tensors that are not the
@@ -25,10 +30,8 @@ std::string decoder_name(std::string name) {
 
 std::map<std::string, at::Tensor> read_vae_override(const std::string& path, const std::string& model_weights) {
     std::map<std::string, at::Tensor> found;
-    for (auto& [name, t] : read_addon_weights(path, "--vae")) {
-        const std::string n = decoder_name(name);
-        if (!n.empty()) found[n] = t.contiguous();
-    }
+    const auto is_decoder = [](const std::string& name) { return !decoder_name(name).empty(); };
+    for (auto& [name, t] : read_addon_weights(path, "--vae", kMaxVaeBytes, is_decoder)) found[decoder_name(name)] = t.contiguous();
     if (found.empty())
         throw Error("--vae " + path + " holds no VAE decoder tensors (decoder.* and post_quant_conv.*, bare or under "
                     "first_stage_model.)");
@@ -36,6 +39,7 @@ std::map<std::string, at::Tensor> read_vae_override(const std::string& path, con
     for (const auto& e : model) {
         const auto it = found.find(e.name);
         if (it == found.end()) throw Error("--vae " + path + " lacks the tensor " + e.name + " of this model's VAE decoder");
+        if (const std::string p = float_dtype_problem(it->second); !p.empty()) throw Error("--vae " + path + ": " + e.name + " " + p);
         if (it->second.sizes() != at::IntArrayRef(e.shape))
             throw Error("--vae " + path + ": " + e.name + " is " + shape_text(it->second.sizes().vec()) + ", this model's VAE has " +
                         shape_text(e.shape) + " (a VAE for another model family?)");
@@ -44,7 +48,7 @@ std::map<std::string, at::Tensor> read_vae_override(const std::string& path, con
         for (const auto& [name, t] : found) {
             bool known = false;
             for (const auto& e : model) known = known || e.name == name;
-            if (!known) throw Error("--vae " + path + ": " + name + " is not a tensor of this model's VAE decoder");
+            if (!known) throw Error("--vae " + path + ": " + printable(name) + " is not a tensor of this model's VAE decoder");
         }
     }
     return found;

@@ -1,9 +1,12 @@
 #include "io/embedding_file.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 
+#include "io/printable.h"
 #include "io/sha256.h"
 #include "sd/error.h"
 
@@ -56,7 +59,7 @@ std::string embedding_tensor_name(const std::vector<std::string>& names, const s
     if (names.size() == 1) return names[0];
     if (names.empty()) throw Error("embedding " + path + " holds no tensor");
     std::string list;
-    for (size_t k = 0; k < names.size() && k < 4; ++k) list += (k ? ", " : "") + names[k];
+    for (size_t k = 0; k < names.size() && k < 4; ++k) list += (k ? ", " : "") + printable(names[k], 64);
     if (names.size() > 4) list += ", ...";
     throw Error("embedding " + path + " holds " + std::to_string(names.size()) + " tensors (" + list +
                 ") and none is emb_params or string_to_param.*: not a textual-inversion embedding of one text encoder");
@@ -65,6 +68,30 @@ std::string embedding_tensor_name(const std::vector<std::string>& names, const s
 std::string embedding_trigger(const std::string& path, const std::string& tensor_name) {
     if (!is_a1111_key(tensor_name)) return tensor_name;
     return fs::path(path).stem().string();
+}
+
+bool same_ignoring_case(const std::string& a, const std::string& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t k = 0; k < a.size(); ++k)
+        if (std::tolower(static_cast<unsigned char>(a[k])) != std::tolower(static_cast<unsigned char>(b[k]))) return false;
+    return true;
+}
+
+void check_trigger_word(const std::string& trigger, const std::string& what) {
+    const auto refuse = [&](const std::string& why) {
+        throw Error(what + ": its trigger word \"" + printable(trigger, 64) + "\" " + why +
+                    "; rename the file (A1111 files) or its key (diffusers files)");
+    };
+    if (trigger.empty()) refuse("is empty");
+    if (trigger.size() > 256) refuse("is longer than 256 bytes");
+    if (trigger == "BREAK") refuse("is the prompt keyword BREAK");
+    if (trigger.size() == 1) refuse("is a single character, which would replace it in every prompt");
+    for (char c : trigger) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u <= ' ' || u == 0x7f) refuse("holds whitespace or a control character");
+        if (std::string_view("()[]:\\").find(c) != std::string_view::npos)
+            refuse(std::string("holds '") + c + "', a character of the prompt syntax");
+    }
 }
 
 std::string embedding_short_hash(const std::string& path) { return sha256_file_hex(path).substr(0, 10); }

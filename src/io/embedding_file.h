@@ -31,6 +31,18 @@ std::string embedding_tensor_name(const std::vector<std::string>& names, const s
 // name without its extension.
 std::string embedding_trigger(const std::string& path, const std::string& tensor_name);
 
+// Refuses (sd::Error, "WHAT: ...") a trigger that cannot be typed as one word
+// of a prompt: empty, longer than 256 bytes, holding whitespace, a control
+// character or a character of the prompt syntax ( ) [ ] : < > or a
+// backslash, the
+// keyword BREAK, or one character alone (a trigger "a" would replace every
+// "a" of every prompt). A1111 takes any file name as a trigger; these are the
+// ones its own prompt parser would cut apart or swallow.
+void check_trigger_word(const std::string& trigger, const std::string& what);
+
+// Whether two triggers are the same word up to ASCII case.
+bool same_ignoring_case(const std::string& a, const std::string& b);
+
 // A1111's short hash of an embedding file, written in PNG text
 // ("TI hashes"): the first 10 hex digits of its SHA-256.
 std::string embedding_short_hash(const std::string& path);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -13,7 +12,9 @@
 #include "io/weight_file.h"
 #include "sd/error.h"
 #include "io/fs_util.h"
+#include "io/printable.h"
 #include "io/sha256.h"
+#include "io/tensor_reader.h"
 
 namespace sd {
 
@@ -113,6 +114,9 @@ namespace {
 
 Error lora_error(const std::string& path, const std::string& what) { return Error("LoRA file " + path + " " + what); }
 
+// A key of the file, safe in a one-line message.
+std::string key(const std::string& k) { return printable(k); }
+
 
 std::string underscored(std::string s) {
     for (auto& c : s)
@@ -189,13 +193,13 @@ void refuse_other_layouts(const std::vector<WeightEntry>& index, const std::stri
     for (const auto& w : index) {
         const std::string& k = w.name;
         if (starts_with(k, "lora_te1_") || starts_with(k, "lora_te2_"))
-            throw lora_error(path, "is a LoRA for SDXL (" + k + "); this tool runs SD 1.x and 2.x");
+            throw lora_error(path, "is a LoRA for SDXL (" + key(k) + "); this tool runs SD 1.x and 2.x");
         if (ends_with(k, ".lora_A.weight") || ends_with(k, ".lora_B.weight"))
-            throw lora_error(path, "is in the PEFT format (" + k + "), which is not supported; use a kohya or pre-PEFT diffusers file");
+            throw lora_error(path, "is in the PEFT format (" + key(k) + "), which is not supported; use a kohya or pre-PEFT diffusers file");
         if (k.find(".hada_") != std::string::npos || k.find(".lokr_") != std::string::npos)
-            throw lora_error(path, "is a LyCORIS LoHa/LoKr file (" + k + "); only LoRA and LoCon (lora_down/lora_up) are supported");
+            throw lora_error(path, "is a LyCORIS LoHa/LoKr file (" + key(k) + "); only LoRA and LoCon (lora_down/lora_up) are supported");
         if (starts_with(k, "lora_te_") && k.find("resblocks") != std::string::npos)
-            throw lora_error(path, "has an open_clip text-encoder layout (" + k +
+            throw lora_error(path, "has an open_clip text-encoder layout (" + key(k) +
                                        "), which this tool's exports do not use; a LoRA for another model?");
     }
 }
@@ -206,7 +210,7 @@ struct Parts {
 
 std::string list_keys(const std::vector<std::string>& keys) {
     std::string out;
-    for (size_t i = 0; i < keys.size() && i < 3; ++i) out += (i ? ", " : "") + keys[i];
+    for (size_t i = 0; i < keys.size() && i < 3; ++i) out += (i ? ", " : "") + key(keys[i]);
     if (keys.size() > 3) out += ", ...";
     return out;
 }
@@ -222,21 +226,23 @@ std::string kind_of(const std::vector<int64_t>& shape) {
 void check_fit(const LoraModule& m, const std::vector<int64_t>& w, const std::string& path) {
     const auto& d = m.down.shape;
     const auto& u = m.up.shape;
-    const std::string where = "does not fit this model: " + m.key;
+    const std::string where = "does not fit this model: " + key(m.key);
     const bool conv = w.size() == 4;
     if (w.size() != 2 && !conv)
         throw lora_error(path, where + " changes " + m.stage + " " + m.param + ", which is not a linear or conv layer");
-    if (d.size() != w.size() || u.size() != w.size()) {
-        std::string hint = " (a LoRA for another model";
-        if (w.size() == 4 && d.size() == 2 && w[2] == 1) hint += ", e.g. SD 2.x's linear proj_in on SD 1.x's 1x1 conv";
-        throw lora_error(path, where + " is " + kind_of(d) + " there, " + m.stage + " " + m.param + " is " +
-                                   kind_of(w) + " here" + hint + "?)");
+    // What this target needs at the file's rank.
+    std::vector<int64_t> want_down = {m.rank, w[1]}, want_up = {w[0], m.rank};
+    if (conv) {
+        want_down.insert(want_down.end(), {w[2], w[3]});
+        want_up.insert(want_up.end(), {1, 1});
     }
-    bool fits = d[0] == m.rank && u[1] == m.rank && u[0] == w[0] && d[1] == w[1];
-    if (conv) fits = fits && d[2] == w[2] && d[3] == w[3] && u[2] == 1 && u[3] == 1;
-    if (!fits)
-        throw lora_error(path, where + " has down " + shape_text(d) + " and up " + shape_text(u) + ", " + m.stage + " " +
-                                   m.param + " is " + shape_text(w) + " (a LoRA for another model or size?)");
+    if (d == want_down && u == want_up) return;
+    std::string hint = " (a LoRA for another model or size?)";
+    if (w.size() == 4 && d.size() == 2 && w[2] == 1)
+        hint = " (a LoRA for another model, e.g. SD 2.x's linear proj_in on SD 1.x's 1x1 conv?)";
+    throw lora_error(path, where + " is " + kind_of(d) + " there (down " + shape_text(d) + ", up " + shape_text(u) +
+                               "); " + m.stage + " " + m.param + " is " + kind_of(w) + " " + shape_text(w) +
+                               " here, which needs down " + shape_text(want_down) + " and up " + shape_text(want_up) + hint);
 }
 
 using AlphaReader = std::function<double(const WeightEntry&)>;
@@ -253,8 +259,11 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
             unknown.push_back(w.name);
             continue;
         }
-        if (w.dtype != "F32" && w.dtype != "F16" && w.dtype != "BF16")
-            throw lora_error(path, "holds " + w.name + " as " + w.dtype + ", not a float type");
+        // An alpha is one number; F64 ones (some trainers write them) are read as such.
+        const bool float_type = w.dtype == "F32" || w.dtype == "F16" || w.dtype == "BF16" ||
+                                (k.part == Part::alpha && w.dtype == "F64");
+        if (!float_type)
+            throw lora_error(path, "holds " + key(w.name) + " as " + w.dtype + ", not a float type (F16, BF16 or F32)");
         auto& p = modules[without_processor(k.module)];
         (k.part == Part::down ? p.down : k.part == Part::up ? p.up : p.alpha) = w;
     }
@@ -276,10 +285,10 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
         m.down = *p.down;
         m.up = *p.up;
         m.rank = m.down.shape.empty() ? 0 : m.down.shape[0];
-        if (m.rank <= 0) throw lora_error(path, "has an empty LoRA module " + name);
+        if (m.rank <= 0) throw lora_error(path, "has an empty LoRA module " + key(name));
         m.alpha = p.alpha ? alpha_of(*p.alpha) : static_cast<double>(m.rank);
-        if (!std::isfinite(m.alpha)) throw lora_error(path, "has an alpha that is not a finite number: " + name);
-        if (m.up.shape.size() < 2) throw lora_error(path, "has an up weight that is not a matrix: " + name);
+        if (!std::isfinite(m.alpha)) throw lora_error(path, "has an alpha that is not a finite number: " + key(name));
+        if (m.up.shape.size() < 2) throw lora_error(path, "has an up weight that is not a matrix: " + key(name));
         check_fit(m, it->second.weight->shape, path);
         file.modules.push_back(std::move(m));
     }
@@ -307,8 +316,13 @@ double half_to_double(uint16_t h, bool bf16) {
 
 // An alpha is one number of any float type.
 double scalar_value(const WeightEntry& w, const char* bytes, const std::string& path) {
-    if (w.end - w.begin != (w.dtype == "F32" ? 4u : 2u))
-        throw lora_error(path, "has an alpha that is not one number: " + w.name + " " + shape_text(w.shape));
+    if (w.end - w.begin != static_cast<uint64_t>(dtype_size(w.dtype)))
+        throw lora_error(path, "has an alpha that is not one number: " + key(w.name) + " " + shape_text(w.shape));
+    if (w.dtype == "F64") {
+        double d;
+        std::memcpy(&d, bytes, 8);
+        return d;
+    }
     if (w.dtype == "F32") {
         float f;
         std::memcpy(&f, bytes, 4);
@@ -341,23 +355,35 @@ LoraFile parse_lora(const std::string& file_bytes, const std::string& path, cons
     return describe(index, alpha, path, targets);
 }
 
-LoraFile read_lora(const std::string& path, const LoraTargets& targets) {
-    if (!file_exists(path)) throw lora_error(path, "does not exist");
-    std::vector<WeightEntry> index;
+namespace {
+
+std::shared_ptr<TensorReader> open_lora(const std::string& path) {
+    TensorReadOptions options;
+    options.what = "LoRA file";
+    options.hash = true;
+    options.safetensors_only = true;
     try {
-        index = read_weight_index(path, WeightUse::AnyDtype);
+        return std::make_shared<TensorReader>(path, options);
     } catch (const Error& e) {
         throw as_lora_error(e, path);
     }
-    std::ifstream f(path, std::ios::binary);
+}
+
+}  // namespace
+
+LoraFile read_lora(const std::string& path, const LoraTargets& targets) {
+    const auto file = open_lora(path);
+    const std::vector<WeightEntry>& index = file->safetensors_index();
     const AlphaReader alpha = [&](const WeightEntry& w) {
-        char bytes[4] = {};
-        f.seekg(static_cast<std::streamoff>(w.begin));
-        if (w.end - w.begin <= 4 && !f.read(bytes, static_cast<std::streamsize>(w.end - w.begin)))
-            throw lora_error(path, "cannot be read");
+        char bytes[8] = {};
+        const long k = file->find(w.name);
+        if (k >= 0 && w.end - w.begin <= sizeof bytes) file->read({static_cast<size_t>(k)}, [&](size_t) { return bytes; });
         return scalar_value(w, bytes, path);
     };
-    return describe(index, alpha, path, targets);
+    LoraFile out = describe(index, alpha, path, targets);
+    out.file = file;
+    out.hash = lora_short_hash_of(file->data_sha256());
+    return out;
 }
 
 LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,
@@ -379,23 +405,8 @@ LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const st
     return f;
 }
 
-std::string lora_short_hash(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    unsigned char len[8];
-    if (!f || !f.read(reinterpret_cast<char*>(len), 8)) throw lora_error(path, "cannot be read");
-    uint64_t header = 0;
-    for (int i = 7; i >= 0; --i) header = header << 8 | len[i];
-    f.seekg(0, std::ios::end);
-    const auto size = static_cast<uint64_t>(f.tellg());
-    if (header > size - 8) throw lora_error(path, "is corrupt: header length past the end of the file");
-    f.seekg(static_cast<std::streamoff>(8 + header));
-    Sha256 h;
-    std::vector<char> buf(1 << 20);
-    while (f) {
-        f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        h.update(buf.data(), static_cast<size_t>(f.gcount()));
-    }
-    return h.hex().substr(0, 12);
-}
+std::string lora_short_hash_of(const std::string& data_sha256_hex) { return data_sha256_hex.substr(0, 12); }
+
+std::string lora_short_hash(const std::string& path) { return lora_short_hash_of(open_lora(path)->data_sha256()); }
 
 }  // namespace sd

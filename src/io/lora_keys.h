@@ -7,12 +7,15 @@
 // encoder) is refused here, before any stage loads. docs/model-format.md.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "io/weight_file.h"
 
 namespace sd {
+
+class TensorReader;
 
 // One low-rank update: W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape).
 struct LoraModule {
@@ -21,7 +24,7 @@ struct LoraModule {
     std::string param;     // the parameter in that stage's weight file, e.g. "input_blocks.1.1....to_q.weight"
     WeightEntry down, up;  // byte ranges in the LoRA file
     int64_t rank = 0;      // down's first size
-    double alpha = 0;      // from the file; absent: rank (scale 1)
+    double alpha = 0;      // from the file (F16, BF16, F32 or F64); absent: rank (scale 1)
     double scale() const { return alpha / static_cast<double>(rank); }
 };
 
@@ -29,6 +32,9 @@ struct LoraFile {
     std::string path;
     std::string format;    // "kohya" or "diffusers"
     std::vector<LoraModule> modules;
+    // read_lora: the file, open once for its header, hash and (lora_merge.h) tensors.
+    std::shared_ptr<TensorReader> file;
+    std::string hash;      // A1111's short hash (lora_short_hash), from that same read
 };
 
 // The parameters a LoRA may change: the headers of the model's unet.weights and
@@ -37,8 +43,8 @@ struct LoraTargets {
     std::vector<WeightEntry> unet, text_encoder;
 };
 
-// Reads a LoRA file's header (and its alpha scalars) and maps every module to
-// its target. Throws sd::Error with one line naming the file for a corrupt
+// Opens a LoRA file once, reads its header, alpha scalars and hash, and maps
+// every module to its target. Throws sd::Error with one line naming the file for a corrupt
 // file, an unknown layout, keys that match no layer of the model (the first
 // few and their count) and modules whose shapes do not fit their target.
 LoraFile read_lora(const std::string& path, const LoraTargets& targets);
@@ -63,7 +69,9 @@ std::string diffusers_unet_module(const std::string& compvis);
 
 // The first 12 hex digits of SHA-256 over the tensor data of a .safetensors
 // file (everything after its header): the "Lora hashes" of AUTOMATIC1111's
-// PNG text. Throws sd::Error when the file cannot be read.
+// PNG text. Throws sd::Error when the file cannot be read (one line naming it:
+// missing, a folder or special file, a corrupt header).
 std::string lora_short_hash(const std::string& path);
+std::string lora_short_hash_of(const std::string& data_sha256_hex);  // the same from the data's SHA-256
 
 }  // namespace sd

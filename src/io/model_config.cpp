@@ -218,14 +218,14 @@ ModelConfig load_model_config(const std::string& dir) {
         throw Error("model path " + dir + " is a file, not a folder (give the folder scripts/export_model.py wrote)");
     const std::string path = join_path(dir, "model.json");
     if (!file_exists(path)) throw Error("model folder " + dir + " has no model.json (not an exported model?)");
-    std::ifstream in(path);
-    if (!in || is_directory(path)) throw Error("cannot read " + path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const ModelConfig c = parse_model_config(ss.str(), dir);
+    // model.json is a few KB; a FIFO or device in its place is refused, not read.
+    const ModelConfig c = parse_model_config(read_file_capped(path, 16u << 20, "model file"), dir);
     for (const auto& f : {c.text_encoder_path, c.unet_path, c.vae_decoder_path, c.vocab_path, c.merges_path,
-                          c.text_encoder_2_path, c.vae_encoder_path})
-        if (!f.empty() && !file_exists(f)) throw Error("model file " + f + " is missing");
+                          c.text_encoder_2_path, c.vae_encoder_path}) {
+        if (f.empty()) continue;
+        if (!file_exists(f)) throw Error("model file " + f + " is missing");
+        check_regular_file(f, "model file");
+    }
     return c;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "io/fs_util.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -86,6 +87,7 @@ std::string sha256_hex(const std::string& bytes) {
 }
 
 std::string sha256_file_hex(const std::string& path) {
+    check_regular_file(path, "file");  // a FIFO would block, /dev/zero never end
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path + ": cannot read it");
     Sha256 h;

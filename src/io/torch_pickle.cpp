@@ -17,15 +17,24 @@ namespace {
 // (the memo allows it) makes no ownership cycle.
 struct Value {
     enum Kind { None, Bool, Int, Float, Str, Tuple, List, Dict, Global, Storage, Tensor, Opaque } kind = None;
-    int64_t i = 0;
+    int64_t i = 0;               // Int, Bool, Float bits; Storage, Tensor: index into the parser's tensors_
     std::string s, s2;           // Str: s; Global: module s, name s2
     std::vector<size_t> items;   // Tuple/List: elements; Dict: key, value, key, value, ...
-    PickledTensor tensor;        // Storage: storage, dtype, storage_numel; Tensor: all
 };
 
 constexpr size_t kMaxDepth = 64;     // nesting of containers when collecting tensors
 constexpr size_t kMaxDims = 16;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
+// Hard limits, each checked before the memory it guards is taken. A real
+// torch.save pickle spends a few dozen opcodes and values per tensor (an SD
+// checkpoint: ~1000 tensors, a few hundred KB of pickle); these allow a
+// hundred times that, and bound a hostile pickle (a run of ')' '0' opcodes, a
+// long string fetched from the memo over and over) to tens of megabytes.
+constexpr size_t kMaxOpcodes = size_t{1} << 24;
+constexpr size_t kMaxStack = size_t{1} << 20;     // stack entries and marks
+constexpr size_t kMaxMemo = size_t{1} << 18;      // memo entries
+constexpr size_t kMaxBytes = size_t{64} << 20;    // values, strings, items and collected tensors together
+constexpr size_t kMaxNameBytes = 1024;            // a tensor's dotted name
 
 std::string storage_dtype(const std::string& name) {
     static const std::unordered_map<std::string, std::string> types = {
@@ -56,13 +65,36 @@ private:
     std::vector<size_t> stack_;
     std::vector<size_t> marks_;
     std::unordered_map<uint64_t, size_t> memo_;
-    size_t visits_ = 0;
+    std::vector<PickledTensor> tensors_;  // of Storage and Tensor values
+    size_t visits_ = 0, bytes_ = 0;
+
+    // Counts memory the parse is about to take; refuses past kMaxBytes.
+    void charge(size_t n) {
+        if (n > kMaxBytes - bytes_)
+            fail("reading its pickle would take more than " + std::to_string(kMaxBytes >> 20) +
+                 " MiB of memory, this reader's limit");
+        bytes_ += n;
+    }
+    void push(size_t v) {
+        if (stack_.size() >= kMaxStack) fail("a pickle stack deeper than " + std::to_string(kMaxStack));
+        stack_.push_back(v);
+    }
+    PickledTensor& tensor_of(size_t v) { return tensors_[static_cast<size_t>(at(v).i)]; }
+    size_t add_tensor(PickledTensor t, Value::Kind kind) {
+        charge(sizeof(PickledTensor) + t.storage.size() + t.dtype.size() + 16 * t.shape.size());
+        tensors_.push_back(std::move(t));
+        Value x;
+        x.kind = kind;
+        x.i = static_cast<int64_t>(tensors_.size() - 1);
+        return make(std::move(x));
+    }
 
     [[noreturn]] void fail(const std::string& what) const {
         throw Error("cannot read " + path_ + ": " + what + " (corrupt, or not a file of saved tensors)");
     }
 
     size_t make(Value v) {
+        charge(sizeof(Value) + v.s.size() + v.s2.size() + sizeof(size_t) * v.items.size());
         arena_.push_back(std::move(v));
         return arena_.size() - 1;
     }
@@ -115,42 +147,47 @@ private:
         Value x;
         x.kind = Value::Int;
         x.i = v;
-        stack_.push_back(make(std::move(x)));
+        push(make(std::move(x)));
     }
     void push_str(std::string_view s) {
         Value x;
         x.kind = Value::Str;
         x.s = std::string(s);
-        stack_.push_back(make(std::move(x)));
+        push(make(std::move(x)));
     }
     void push_tuple(std::vector<size_t> items) {
         Value x;
         x.kind = Value::Tuple;
         x.items = std::move(items);
-        stack_.push_back(make(std::move(x)));
+        push(make(std::move(x)));
     }
     void push_global(std::string module, std::string name) {
         Value x;
         x.kind = Value::Global;
         x.s = std::move(module);
         x.s2 = std::move(name);
-        stack_.push_back(make(std::move(x)));
+        push(make(std::move(x)));
     }
-    void memo_put(uint64_t key) { memo_[key] = top(); }
+    void memo_put(uint64_t key) {
+        if (memo_.size() >= kMaxMemo && !memo_.count(key)) fail("more than " + std::to_string(kMaxMemo) + " memo entries");
+        memo_[key] = top();
+    }
     void memo_get(uint64_t key) {
         auto it = memo_.find(key);
         if (it == memo_.end()) fail("the pickle refers to a value it never stored");
-        stack_.push_back(it->second);
+        push(it->second);
     }
     void set_items(size_t dict, const std::vector<size_t>& kv) {
         if (kv.size() % 2) fail("a dict update with an odd number of items");
         if (at(dict).kind == Value::Opaque) return;
         if (at(dict).kind != Value::Dict) fail("a dict update of something that is not a dict");
+        charge(sizeof(size_t) * kv.size());
         for (size_t k : kv) at(dict).items.push_back(k);
     }
     void append_items(size_t list, const std::vector<size_t>& v) {
         if (at(list).kind == Value::Opaque) return;
         if (at(list).kind != Value::List) fail("an append to something that is not a list");
+        charge(sizeof(size_t) * v.size());
         for (size_t k : v) at(list).items.push_back(k);
     }
 
@@ -160,6 +197,7 @@ private:
     }
     std::vector<int64_t> ints_of(size_t v, const char* what) {
         if (at(v).kind != Value::Tuple && at(v).kind != Value::List) fail(std::string(what) + " is not a tuple");
+        if (at(v).items.size() > kMaxDims) fail(std::string(what) + " has more than " + std::to_string(kMaxDims) + " dimensions");
         std::vector<int64_t> out;
         for (size_t e : at(v).items) out.push_back(int_of(e, what));
         return out;
@@ -169,13 +207,10 @@ private:
     size_t rebuild_tensor(const std::vector<size_t>& args) {
         if (args.size() < 4) fail("a tensor with too few arguments");
         if (at(args[0]).kind != Value::Storage) fail("a tensor without a storage");
-        Value x;
-        x.kind = Value::Tensor;
-        x.tensor = at(args[0]).tensor;
-        x.tensor.offset = int_of(args[1], "a tensor's offset");
-        x.tensor.shape = ints_of(args[2], "a tensor's size");
-        x.tensor.stride = ints_of(args[3], "a tensor's stride");
-        const auto& t = x.tensor;
+        PickledTensor t = tensor_of(args[0]);
+        t.offset = int_of(args[1], "a tensor's offset");
+        t.shape = ints_of(args[2], "a tensor's size");
+        t.stride = ints_of(args[3], "a tensor's stride");
         if (t.shape.size() != t.stride.size() || t.shape.size() > kMaxDims) fail("a tensor whose size and stride disagree");
         // The last element it reaches must lie inside the storage; every size
         // is bounded first, so the products cannot overflow.
@@ -193,7 +228,7 @@ private:
             }
         }
         if (numel > 0 && last >= t.storage_numel) fail("a tensor outside its storage");
-        return make(std::move(x));
+        return add_tensor(std::move(t), Value::Tensor);
     }
 
     // REDUCE: the only calls this reader makes are rebuilding tensors and empty
@@ -222,19 +257,20 @@ private:
         const std::string dtype = type.kind == Value::Global && type.s == "torch" ? storage_dtype(type.s2) : "";
         if (dtype.empty()) fail("a storage of an unknown type");
         if (at(p.items[2]).kind != Value::Str) fail("a storage without a name");
-        Value x;
-        x.kind = Value::Storage;
-        x.tensor.storage = at(p.items[2]).s;
-        x.tensor.dtype = dtype;
-        x.tensor.storage_numel = int_of(p.items[4], "a storage's size");
-        if (x.tensor.storage_numel < 0 || x.tensor.storage_numel > kMaxElements) fail("a storage with a bad size");
-        for (char c : x.tensor.storage)
+        PickledTensor t;
+        t.storage = at(p.items[2]).s;
+        t.dtype = dtype;
+        t.storage_numel = int_of(p.items[4], "a storage's size");
+        if (t.storage_numel < 0 || t.storage_numel > kMaxElements) fail("a storage with a bad size");
+        if (t.storage.empty() || t.storage.size() > 64) fail("a storage with a bad name");
+        for (char c : t.storage)
             if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) fail("a storage with a bad name");
-        return make(std::move(x));
+        return add_tensor(std::move(t), Value::Storage);
     }
 
     size_t execute() {
-        for (;;) {
+        for (size_t ops = 0;; ++ops) {
+            if (ops >= kMaxOpcodes) fail("a pickle of more than " + std::to_string(kMaxOpcodes) + " opcodes");
             const auto op = static_cast<unsigned char>(take(1)[0]);
             switch (op) {
                 case 0x80: take(1); break;                        // PROTO
@@ -242,13 +278,16 @@ private:
                 case '.':                                         // STOP
                     if (stack_.size() != 1 || !marks_.empty()) fail("the pickle does not end with one value");
                     return stack_.back();
-                case '(': marks_.push_back(stack_.size()); break;  // MARK
-                case 'N': stack_.push_back(make(Value::None)); break;
+                case '(':                                         // MARK
+                    if (marks_.size() >= kMaxStack) fail("more than " + std::to_string(kMaxStack) + " marks");
+                    marks_.push_back(stack_.size());
+                    break;
+                case 'N': push(make(Value::None)); break;
                 case 0x88: case 0x89: {                           // NEWTRUE, NEWFALSE
                     Value x;
                     x.kind = Value::Bool;
                     x.i = op == 0x88;
-                    stack_.push_back(make(std::move(x)));
+                    push(make(std::move(x)));
                     break;
                 }
                 case 'K': push_int(static_cast<int64_t>(unsigned_le(1))); break;
@@ -269,7 +308,7 @@ private:
                     Value x;
                     x.kind = Value::Float;
                     x.i = static_cast<int64_t>(bits);
-                    stack_.push_back(make(std::move(x)));
+                    push(make(std::move(x)));
                     break;
                 }
                 case 'X': push_str(take(unsigned_le(4))); break;  // BINUNICODE
@@ -287,21 +326,21 @@ private:
                     break;
                 }
                 case 't': push_tuple(pop_to_mark()); break;
-                case ']': stack_.push_back(make(Value::List)); break;
+                case ']': push(make(Value::List)); break;
                 case 'l': {                                       // LIST
                     auto items = pop_to_mark();
                     Value x;
                     x.kind = Value::List;
                     x.items = std::move(items);
-                    stack_.push_back(make(std::move(x)));
+                    push(make(std::move(x)));
                     break;
                 }
-                case '}': stack_.push_back(make(Value::Dict)); break;
+                case '}': push(make(Value::Dict)); break;
                 case 'd': {                                       // DICT
                     auto kv = pop_to_mark();
                     const size_t d = make(Value::Dict);
                     set_items(d, kv);
-                    stack_.push_back(d);
+                    push(d);
                     break;
                 }
                 case 'a': {                                       // APPEND
@@ -341,19 +380,19 @@ private:
                 case 'R': {                                       // REDUCE
                     const size_t args = pop();
                     const size_t fn = pop();
-                    stack_.push_back(call(fn, args));
+                    push(call(fn, args));
                     break;
                 }
                 case 0x81: {                                      // NEWOBJ: an object of some class
                     pop();
                     pop();
-                    stack_.push_back(make(Value::Opaque));
+                    push(make(Value::Opaque));
                     break;
                 }
                 case 'b': pop(); top(); break;                    // BUILD: object state, not kept
                 case 'Q': {                                       // BINPERSID
                     const size_t pid = pop();
-                    stack_.push_back(persistent(pid));
+                    push(persistent(pid));
                     break;
                 }
                 case 'q': memo_put(unsigned_le(1)); break;        // BINPUT
@@ -364,7 +403,7 @@ private:
                 case '0': pop(); break;                           // POP
                 case '2': {                                       // DUP
                     const size_t v = top();
-                    stack_.push_back(v);
+                    push(v);
                     break;
                 }
                 default: {
@@ -387,11 +426,16 @@ private:
         if (depth > kMaxDepth) fail("values nested more than " + std::to_string(kMaxDepth) + " deep");
         if (++visits_ > 4 * arena_.size() + 1024) fail("values shared too many times over");
         const Value& x = at(v);
-        auto child = [&](const std::string& key) { return name.empty() ? key : name + "." + key; };
+        auto child = [&](const std::string& key) {
+            if (name.size() + key.size() >= kMaxNameBytes)
+                fail("a tensor name longer than " + std::to_string(kMaxNameBytes) + " bytes");
+            return name.empty() ? key : name + "." + key;
+        };
         switch (x.kind) {
             case Value::Tensor: {
-                PickledTensor t = x.tensor;
+                PickledTensor t = tensor_of(v);
                 t.name = name;
+                charge(sizeof(PickledTensor) + t.name.size() + t.storage.size() + t.dtype.size() + 16 * t.shape.size());
                 out.push_back(std::move(t));
                 break;
             }

@@ -7,6 +7,7 @@
 
 #include "sd/error.h"
 #include "io/fs_util.h"
+#include "io/printable.h"
 
 namespace sd {
 
@@ -73,7 +74,7 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         const std::string& name = item.key();
         const auto& e = item.value();
         if (name == "__metadata__") continue;
-        const auto bad = [&](const std::string& why) { return corrupt(path, "tensor '" + name + "': " + why); };
+        const auto bad = [&](const std::string& why) { return corrupt(path, "tensor '" + printable(name) + "': " + why); };
         if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
             throw bad("needs dtype, shape and data_offsets");
         const auto& dtype = e["dtype"];
@@ -110,8 +111,14 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
 
 }  // namespace
 
+std::vector<WeightEntry> parse_weight_header(const std::string& header, uint64_t file_size, const std::string& path,
+                                             WeightUse use) {
+    if (file_size < 8 || header.size() > file_size - 8) throw corrupt(path, "header length past the end of the file");
+    return parse_header(header, file_size, path, use);
+}
+
 std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse use) {
-    if (is_directory(path)) throw Error("weights file " + path + " is a folder, not a file");
+    check_regular_file(path, "weights file");  // a FIFO or /dev/zero would block or spin
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     if (!f) throw Error("cannot read weights file " + path);
     const auto size = static_cast<uint64_t>(f.tellg());

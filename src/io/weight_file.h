@@ -31,6 +31,11 @@ std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse us
 std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path,
                                             WeightUse use = WeightUse::Mapped);
 
+// The checks of read_weight_index on a header's JSON text alone, for a file
+// of file_size bytes (io/tensor_reader.h reads the header itself).
+std::vector<WeightEntry> parse_weight_header(const std::string& header, uint64_t file_size, const std::string& path,
+                                             WeightUse use);
+
 // Bytes of one element of a safetensors dtype ("F64", "F32", "F16", "BF16",
 // "I64", "I32", "I16", "I8", "U8", "BOOL"); 0 for any other name.
 int dtype_size(const std::string& dtype);

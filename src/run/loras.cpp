@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "io/printable.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -39,20 +40,39 @@ std::string trim(const std::string& s) {
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-double weight_of(const std::string& text, const std::string& tag, const std::string& where) {
-    const std::string t = trim(text);
-    char* end = nullptr;
-    const double v = std::strtod(t.c_str(), &end);
-    if (t.empty() || *end != '\0' || !std::isfinite(v))
-        throw Error(where + ": " + tag + ": '" + t + "' is not a LoRA weight (a number such as 0.8)");
-    return v;
-}
-
 std::string number_text(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.6g", v);
     return buf;
 }
+
+// LoRA multipliers in use lie within about -2..2 (A1111's slider stops at 2);
+// |w| = 100 already turns any trained LoRA into noise, and larger values reach
+// fp16/fp32 overflow in the merged weights (1e30, or 1e300, which is no float
+// at all). Refused where they are written, not after sampling.
+constexpr double kMaxLoraWeight = 100;
+
+// "" when t is a usable weight, else why not.
+std::string weight_problem(const std::string& t, double* value) {
+    char* end = nullptr;
+    const double v = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end != '\0') return "is not a number";
+    if (std::isnan(v)) return "is not a number (NaN)";
+    if (!std::isfinite(v) || std::fabs(v) > kMaxLoraWeight)
+        return "is outside -" + number_text(kMaxLoraWeight) + " .. " + number_text(kMaxLoraWeight);
+    *value = v;
+    return "";
+}
+
+double weight_of(const std::string& text, const std::string& tag, const std::string& where) {
+    const std::string t = trim(text);
+    double v = 0;
+    if (const std::string why = weight_problem(t, &v); !why.empty())
+        throw Error(where + ": " + printable(tag) + ": the LoRA weight '" + printable(t) + "' " + why +
+                    " (a number such as 0.8)");
+    return v;
+}
+
 
 }  // namespace
 
@@ -104,10 +124,16 @@ LoraUse parse_lora_flag(const std::string& text) {
     if (colon != std::string::npos) {
         const std::string w = text.substr(colon + 1);
         char* end = nullptr;
-        const double v = std::strtod(w.c_str(), &end);
-        if (!w.empty() && *end == '\0' && std::isfinite(v)) {
+        std::strtod(w.c_str(), &end);
+        double v = 0;
+        const std::string why = weight_problem(w, &v);
+        if (why.empty()) {
             use.path = text.substr(0, colon);
             use.text_weight = use.unet_weight = v;
+        } else if (!w.empty() && *end == '\0') {
+            // A number that is no usable weight ("f:nan", "f:1e300"), not part of a file name
+            // (a file really named "f:nan" is given as "f:nan:1").
+            throw Error("--lora " + printable(text) + ": the weight '" + printable(w) + "' " + why + " (--lora FILE[:WEIGHT])");
         }
     }
     if (use.path.empty()) throw Error("--lora '" + text + "' names no file (--lora FILE[:WEIGHT])");

@@ -45,13 +45,15 @@ namespace {
 void hash_loras(RunPlan& plan, std::map<std::string, std::string>& hashes) {
     for (auto& item : plan.items) {
         for (auto& l : item.settings.loras) {
-            if (!file_exists(l.path) || is_directory(l.path)) {
-                std::string m = "LoRA file " + l.path + " does not exist";
-                if (l.from_tag) m = l.where + ": " + m + " (named by the prompt's <lora:" + l.name + "> tag)";
-                throw Error(m);
-            }
             auto it = hashes.find(l.path);
-            if (it == hashes.end()) it = hashes.emplace(l.path, lora_short_hash(l.path)).first;
+            if (it == hashes.end()) {
+                try {  // refuses a missing file, a folder, a FIFO or a device, and a corrupt header
+                    it = hashes.emplace(l.path, lora_short_hash(l.path)).first;
+                } catch (const Error& e) {
+                    if (!l.from_tag) throw;
+                    throw Error(l.where + ": " + e.what() + " (named by the prompt's <lora:" + l.name + "> tag)");
+                }
+            }
             l.hash = it->second;
         }
     }

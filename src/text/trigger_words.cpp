@@ -8,13 +8,10 @@ bool is_word_char(char c) {
     return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || u == '_' || u >= 0x80;
 }
 
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// Whether `w` occurs at text[i] as a whole word (ASCII case ignored).
+// Whether `w` occurs at text[i] as a whole word, in exact case.
 bool matches_at(const std::string& text, size_t i, const std::string& w) {
-    if (w.empty() || i + w.size() > text.size()) return false;
-    for (size_t k = 0; k < w.size(); ++k)
-        if (lower(text[i + k]) != lower(w[k])) return false;
+    if (w.empty() || i + w.size() > text.size() || text.compare(i, w.size(), w) != 0) return false;
     const bool glued_before = i > 0 && is_word_char(w.front()) && is_word_char(text[i - 1]);
     const size_t end = i + w.size();
     const bool glued_after = end < text.size() && is_word_char(w.back()) && is_word_char(text[end]);

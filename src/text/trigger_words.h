@@ -2,9 +2,10 @@
 //
 // A trigger stands for an embedding's n vectors: n consecutive token positions
 // in place of the word (as diffusers' load_textual_inversion and A1111 do).
-// It is found as a whole word, ignoring ASCII case: "embone" in "a photo of
-// embone, beach" or "(embone:1.2)", not in "embones" (a letter, digit or '_'
-// next to a word character of the trigger keeps it from matching).
+// It is found as a whole word, in exact case (as A1111 matches its tokens):
+// "embone" in "a photo of embone, beach" or "(embone:1.2)", not in "embones"
+// (a letter, digit or '_' next to a word character of the trigger keeps it
+// from matching) nor in "EmbOne".
 #pragma once
 #include <cstdint>
 #include <string>

@@ -579,7 +579,7 @@ TEST(Trust, MessagesNameTheProblem) {
     auto m = model_copy();
     std::filesystem::remove(m + "/vae_decoder.weights");
     std::filesystem::create_directory(m + "/vae_decoder.weights");
-    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "vae_decoder.weights is a folder, not a file");
+    expect_clean_failure(run(base_args(m, sdtest::temp_dir())), "vae_decoder.weights is a folder, not a regular file");
 
     // A model whose schedule is shorter than --steps says so, not just that --steps is wrong.
     auto m2 = model_copy();

@@ -78,7 +78,8 @@ TEST(TensorFile, ProgramsOldFormatsAndDamagedFilesAreRefusedNamingTheFile) {
         {dir + "/half.pt", "half.pt"},
         {dir + "/noise.bin", "noise.bin"},
         {dir + "/empty.safetensors", "empty.safetensors"},
-        {dir + "/absent.pt", "no such file"},
+        {dir + "/absent.pt", "absent.pt does not exist"},
+        {"/dev/zero", "/dev/zero is a device"},
     };
     for (const auto& [path, says] : cases) {
         const std::string e = error_of(path);

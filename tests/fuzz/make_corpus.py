@@ -140,6 +140,30 @@ for src, name in [("embeddings/embone.pt", "embone"), ("embeddings/embthree.pt",
     with zipfile.ZipFile(FIXTURES / src) as z:
         put("torch_pickle", name + ".pkl", z.read(next(n for n in z.namelist() if n.endswith("/data.pkl"))))
 
+# Hostile shapes (issue 32): a stride-0 view standing for 2 GiB, many views of one
+# storage, a view past its storage, and runs of opcodes that only grow the
+# reader's memory. Made with torch.save where torch is at hand (/usr/bin/python3).
+def pickle_of(obj):
+    import io
+    import torch
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
+        return z.read(next(n for n in z.namelist() if n.endswith("/data.pkl")))
+
+
+try:
+    import torch
+    base = torch.zeros(1 << 8)
+    put("torch_pickle", "stride0_expand.pkl", pickle_of({"string_to_param": {"*": torch.zeros(1).expand(1 << 24, 32)}}))
+    put("torch_pickle", "many_views.pkl", pickle_of({"v%d" % i: base[i % 7:] for i in range(200)}))
+    put("torch_pickle", "strided_view.pkl", pickle_of({"t": torch.zeros(8, 6).t()[1:, ::2]}))
+except ImportError:
+    pass
+put("torch_pickle", "empty_tuples.pkl", b"\x80\x02" + b")0" * 512 + b"}.")
+put("torch_pickle", "marks.pkl", b"\x80\x02" + b"(" * 512 + b"}.")
+put("torch_pickle", "memo_dups.pkl", b"\x80\x02X\x04\x00\x00\x00abcdq\x00" + b"h\x00" * 256 + b"(" + b"h\x00" * 64 + b"t}.")
+
 # The bugs (docs/reliability.md). Printing a value for an error message
 # recursed once per level of nesting: 100000 levels (200 KB) overflowed the
 # 8 MiB stack. These are 8000 levels deep: the replay test runs them on a

@@ -95,6 +95,19 @@ class ExportLoraTest(unittest.TestCase):
             f.write(cut)
         self.bad(path, ["cut.safetensors"])
 
+    def test_weights_and_values_that_are_not_finite_numbers(self):
+        """Issue 32: --lora f:1e300 and a NaN LoRA used to export Inf/NaN weights with exit 0."""
+        good = os.path.join(FIX, "lora", "lora_a.safetensors")
+        self.bad(good + ":1e300", ["--lora", "1e300", "outside"])
+        self.bad(good + ":nan", ["--lora", "not a number"])
+        with open(good, "rb") as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], "little")
+        path = os.path.join(self.tmp.name, "nan.safetensors")
+        with open(path, "wb") as f:
+            f.write(raw[:8 + n] + b"\xff" * (len(raw) - 8 - n))
+        self.bad(path, ["nan.safetensors", "NaN or infinite"])
+
 
 if __name__ == "__main__":
     unittest.main()

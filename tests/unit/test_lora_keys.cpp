@@ -64,7 +64,7 @@ std::string safetensors(const std::vector<T>& tensors) {
     nlohmann::json h = nlohmann::json::object();
     uint64_t offset = 0;
     for (const auto& t : tensors) {
-        uint64_t n = t.dtype == "F32" ? 4 : t.dtype == "I8" ? 1 : 2;
+        uint64_t n = t.dtype == "F64" ? 8 : t.dtype == "F32" ? 4 : t.dtype == "I8" ? 1 : 2;
         for (auto d : t.shape) n *= static_cast<uint64_t>(d);
         h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
         offset += n;
@@ -311,4 +311,38 @@ TEST(LoraKeys, UnalignedFloatsReadNonFloatsRefused) {
     t[0].dtype = "I8";
     t[0].shape = {2};
     EXPECT_NE(refusal(safetensors(t)).find("not a float type"), std::string::npos);
+}
+
+// Issue 32's messages: a wrong-rank up names the shapes the target needs; a key
+// holding a NUL or raw bytes is printed escaped, the whole line kept; an F64
+// alpha is read as the number it holds.
+TEST(LoraKeys, MismatchNamesTheExpectedShapes) {
+    const std::string m = refusal(safetensors(
+        module("lora_te_text_model_encoder_layers_0_self_attn_q_proj", {4, 32}, {128, 4, 1})));
+    EXPECT_NE(m.find("up [128,4,1]"), std::string::npos) << m;
+    EXPECT_NE(m.find("is a linear layer [32,32] here, which needs down [4,32] and up [32,4]"), std::string::npos) << m;
+}
+
+TEST(LoraKeys, KeysWithNulPrintEscaped) {
+    const std::string m = refusal(safetensors(module(std::string("lora_unet_x\0y", 13), {4, 32}, {32, 4})));
+    EXPECT_NE(m.find("lora_unet_x\\x00y"), std::string::npos) << m;
+    EXPECT_NE(m.find("(a LoRA for another model"), std::string::npos) << m;  // the end of the line is still there
+    EXPECT_EQ(m.find('\0'), std::string::npos);
+}
+
+TEST(LoraKeys, F64AlphaIsRead) {
+    auto t = module("lora_unet_down_blocks_0_attentions_0_proj_in", {2, 32, 1, 1}, {32, 2, 1, 1});
+    t.push_back({"lora_unet_down_blocks_0_attentions_0_proj_in.alpha", "F64", {}});
+    double want;
+    const uint64_t bits = 0x3c3c3c3c3c3c3c3cull;
+    std::memcpy(&want, &bits, 8);
+    EXPECT_DOUBLE_EQ(sd::parse_lora(safetensors(t), "x", tiny()).modules[0].alpha, want);
+}
+
+// read_lora opens the file once: header, alpha, hash, and later the tensors through the same reader.
+TEST(LoraKeys, ReadLoraKeepsTheOpenFileAndItsHash) {
+    const auto f = sd::read_lora(lora("lora_a.safetensors"), tiny());
+    ASSERT_TRUE(f.file);
+    EXPECT_EQ(f.hash, sd::lora_short_hash(lora("lora_a.safetensors")));
+    EXPECT_EQ(f.hash.size(), 12u);
 }

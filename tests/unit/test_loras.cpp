@@ -40,6 +40,35 @@ TEST(LoraTags, BadTagsAreOneLineNamingThePrompt) {
     }
 }
 
+// Issue 32: weights are finite and within +-100, refused where they are written.
+TEST(LoraTags, WeightsOutOfRangeAreRefusedWhereWritten) {
+    for (const char* p : {"<lora:x:1e300>", "<lora:x:3.5e38>", "<lora:x:-101>", "<lora:x:1:nan>", "<lora:x:te=1e30>"}) {
+        try {
+            sd::find_lora_tags(p, "f.txt:3");
+            ADD_FAILURE() << p;
+        } catch (const sd::Error& e) {
+            EXPECT_EQ(std::string(e.what()).rfind(std::string("f.txt:3: ") + p, 0), 0u) << e.what();
+        }
+    }
+    EXPECT_EQ(sd::find_lora_tags("<lora:x:-100>", "f").at(0).text_weight, -100);
+    for (const char* flag : {"good.safetensors:1e300", "good.safetensors:nan", "good.safetensors:-inf"}) {
+        try {
+            sd::parse_lora_flag(flag);
+            ADD_FAILURE() << flag;
+        } catch (const sd::Error& e) {
+            const std::string m = e.what();
+            EXPECT_EQ(m.rfind(std::string("--lora ") + flag + ": the weight", 0), 0u) << m;
+        }
+    }
+    try {
+        sd::parse_lora_flag("f:nan");
+        ADD_FAILURE();
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is not a number"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(sd::parse_lora_flag("dir/x:y.safetensors").path, "dir/x:y.safetensors");  // not a number: part of the name
+}
+
 TEST(LoraTags, FlagTakesATrailingWeight) {
     auto a = sd::parse_lora_flag("dir/my:style.safetensors:0.7");
     EXPECT_EQ(a.path, "dir/my:style.safetensors");

@@ -31,9 +31,10 @@ std::string pieces(const std::string& text) {
 
 }  // namespace
 
-TEST(TriggerWords, WholeWordsIgnoringCase) {
+TEST(TriggerWords, WholeWordsInExactCase) {
     EXPECT_EQ(pieces("a photo of embone on a beach"), "a photo of |#embone| on a beach");
-    EXPECT_EQ(pieces("EmbOne, embthree."), "#embone|, |#embthree|.");
+    EXPECT_EQ(pieces("embone, embthree."), "#embone|, |#embthree|.");
+    EXPECT_EQ(pieces("EmbOne, EMBTHREE."), "EmbOne, EMBTHREE.");  // issue 32: case is part of the word
     EXPECT_EQ(pieces("(embone:1.2) red"), "(|#embone|:1.2) red");
     // glued to letters, digits or '_': another word
     EXPECT_EQ(pieces("embones embone2 my_embone"), "embones embone2 my_embone");
@@ -43,7 +44,8 @@ TEST(TriggerWords, WholeWordsIgnoringCase) {
     EXPECT_EQ(pieces("a <tiny-cat>, toy"), "a |#<tiny-cat>|, toy");
     EXPECT_EQ(pieces(""), "");
     EXPECT_EQ(pieces("no triggers here"), "no triggers here");
-    EXPECT_EQ(sd::trigger_words_used("embthree and EMBONE and embthree", kWords), (std::vector<int>{0, 1}));
+    EXPECT_EQ(sd::trigger_words_used("embthree and embone and embthree", kWords), (std::vector<int>{0, 1}));
+    EXPECT_EQ(sd::trigger_words_used("embthree and EMBONE", kWords), (std::vector<int>{1}));
 }
 
 // n vectors are n consecutive positions in place of the word, later words move n - 1
@@ -91,6 +93,25 @@ TEST(EmbeddingFiles, TensorAndTriggerChoice) {
     EXPECT_EQ(sd::embedding_trigger("/a/EasyNegative.safetensors", "emb_params"), "EasyNegative");
     EXPECT_EQ(sd::embedding_trigger("/a/embone.pt", "string_to_param.*"), "embone");
     EXPECT_EQ(sd::embedding_trigger("/a/learned_embeds.safetensors", "<tiny-cat>"), "<tiny-cat>");
+}
+
+// Issue 32: a trigger must be typeable as one word of a prompt; two that differ
+// only in case are one trigger to the user.
+TEST(EmbeddingFiles, TriggersThePromptCannotTypeAreRefused) {
+    for (const char* ok : {"embone", "EasyNegative", "<cat-toy>", "bad-hands-5", "caf\u00e9", "ng"})
+        EXPECT_NO_THROW(sd::check_trigger_word(ok, "embedding e.pt")) << ok;
+    for (const char* bad : {"", " ", "a", "BREAK", "(", ")", "[x]", "x:1", "a b", "tab\tx", "back\\slash"}) {
+        try {
+            sd::check_trigger_word(bad, "embedding e.pt");
+            ADD_FAILURE() << "accepted '" << bad << "'";
+        } catch (const sd::Error& e) {
+            const std::string m = e.what();
+            EXPECT_EQ(m.rfind("embedding e.pt: its trigger word", 0), 0u) << m;
+            EXPECT_EQ(m.find('\t'), std::string::npos) << m;  // printed escaped
+        }
+    }
+    EXPECT_TRUE(sd::same_ignoring_case("Emb", "emb"));
+    EXPECT_FALSE(sd::same_ignoring_case("emb", "embs"));
 }
 
 TEST(EmbeddingFiles, FolderListing) {

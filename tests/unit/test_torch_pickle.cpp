@@ -141,3 +141,45 @@ TEST(TorchPickle, PicklesWrittenByTorchSaveRead) {
     EXPECT_EQ(taesd.size(), 67u);
     for (const auto& t : taesd) EXPECT_EQ(t.dtype, "F16") << t.name;
 }
+
+// Issue 32: hard limits, each before the memory it guards is taken. A run of
+// ')' '0' grows only the reader's own values; '(' only its marks; a long
+// string fetched from the memo over and over only its copies.
+TEST(TorchPickle, HostileOpcodeRunsHitALimit) {
+    const auto message = [](const std::string& bytes) {
+        try {
+            parse(bytes);
+        } catch (const sd::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    std::string tuples = "\x80\x02";
+    for (int i = 0; i < 1000000; ++i) tuples += ")0";
+    EXPECT_NE(message(tuples + "}.").find("MiB of memory, this reader's limit"), std::string::npos) << message(tuples + "}.");
+    const std::string marks = "\x80\x02" + std::string(1100000, '(') + "}.";
+    EXPECT_NE(message(marks).find("marks"), std::string::npos) << message(marks);
+    std::string stack = "\x80\x02}";
+    for (int i = 0; i < 1100000; ++i) stack += '2';  // DUP
+    EXPECT_NE(message(stack + ".").find("stack deeper"), std::string::npos);
+    std::string memo = "\x80\x02}";
+    for (uint32_t i = 0; i < 300000; ++i) {
+        memo += 'r';
+        for (int k = 0; k < 4; ++k) memo += static_cast<char>(i >> (8 * k));
+    }
+    EXPECT_NE(message(memo + ".").find("memo entries"), std::string::npos) << message(memo + ".");
+    // A 100 KB string copied into a global name again and again.
+    std::string copies = "\x80\x02X" + std::string("\xa0\x86\x01\x00", 4) + std::string(100000, 'm') + "q\x01";
+    for (int i = 0; i < 2000; ++i) copies += "h\x01h\x01\x93" "0";
+    EXPECT_NE(message(copies + "}.").find("limit"), std::string::npos) << message(copies + "}.");
+}
+
+// A stride-0 view (torch.zeros(1).expand(1 << 24, 32)) is accepted by the pickle
+// reader as what it is, one element of storage; what it would materialise is
+// counted by io/tensor_reader.h before any copy.
+TEST(TorchPickle, StrideZeroViewKeepsItsLayout) {
+    const auto t = parse(Pickle().tensor("FloatStorage", "0", 1, 0, {100, 32}, {0, 0}).done());
+    ASSERT_EQ(t.size(), 1u);
+    EXPECT_EQ(t[0].storage_numel, 1);
+    EXPECT_EQ(t[0].stride, (std::vector<int64_t>{0, 0}));
+}
