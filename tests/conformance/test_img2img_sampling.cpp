@@ -176,11 +176,15 @@ void check_case(const Case& c) {
     ASSERT_EQ(sd::img2img_step_count(s.sampler, s.schedule, s.steps, s.strength, 1000), K);
     const at::Tensor steps_x = c.load(c.blends() ? "steps_latents.npy" : "steps_x.npy");
     const at::Tensor latents = c.load("latents.npy");
+    // CompVis's pred_x0, LCM's denoised
+    const at::Tensor pred_x0 = c.has("steps_pred_x0.npy") ? c.load("steps_pred_x0.npy") : at::Tensor();
     int seen = 0;
-    sd::StepFn on_step = [&](int i, int total, const at::Tensor& x, const at::Tensor&) {
+    sd::StepFn on_step = [&](int i, int total, const at::Tensor& x, const at::Tensor& x0) {
         ++seen;
         EXPECT_EQ(total, K);
         EXPECT_LE(sdtest::max_abs_diff(x, steps_x[i]), 1e-4 * max_abs(steps_x[i])) << "step " << i;
+        if (pred_x0.defined())
+            EXPECT_LE(sdtest::max_abs_diff(x0, pred_x0[i]), 1e-4 * max_abs(pred_x0[i])) << "pred_x0 of step " << i;
     };
     const Result r = run_case(c, s, true, on_step);
     EXPECT_EQ(r.calls, K) << "UNet calls";
@@ -239,6 +243,28 @@ TEST(Img2ImgSampling, DiffusersSigmasAndTimesteps) {
         }
     }
     EXPECT_GE(checked, 4);
+}
+
+// txt2img with dpmpp_2m --schedule leading is diffusers' DPMSolverMultistepScheduler
+// from x_T = noise (init_noise_sigma 1): started from the strength-1.0 img2img
+// case's x_start, whose loop is the same, it walks that case's steps.
+TEST(Img2ImgSampling, DpmLeadingTxt2ImgWalksTheReferenceSteps) {
+    c10::InferenceMode guard;
+    const Case c = open_case("img2img", "d_dpmpp2m10_s1.0_negative_64x64");
+    const auto s = settings(c);
+    ASSERT_EQ(s.schedule, "leading");
+    ASSERT_EQ(c.args["scheduler_timesteps_all"], c.args["timesteps"]);  // every step runs
+    sdtest::ReplayedUnet unet{c.load("unet_x.npy"), c.load("unet_t.npy"), c.load("unet_out.npy"), c.n(),
+                              c.args["guidance_scale"].get<double>(), c.name};
+    sd::ModelFn model = [&](const at::Tensor& x, const at::Tensor& t) { return unet(x, t); };
+    const at::Tensor steps_x = c.load("steps_x.npy"), latents = c.load("latents.npy");
+    sd::StepFn on_step = [&](int i, int, const at::Tensor& x, const at::Tensor&) {
+        EXPECT_LE(sdtest::max_abs_diff(x, steps_x[i]), 1e-4 * max_abs(steps_x[i])) << "step " << i;
+    };
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(1);
+    auto out = sd::sample(s, model, c.load("x_start.npy"), tiny_alphas(), gen, on_step);
+    EXPECT_EQ(unet.calls, unet.xs.size(0));
+    EXPECT_LE(sdtest::max_abs_diff(out, latents), 1e-4 * max_abs(latents));
 }
 
 // Must fail: the other convention's noise level. CompVis noised at the first
