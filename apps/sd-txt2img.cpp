@@ -190,7 +190,7 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
     app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
-    app.add_option("--schedule", job.settings.schedule, "k-diffusion samplers' sigmas: default or karras, or trailing for euler and euler_a (diffusers', the Turbo recipe); PLMS/DDIM timesteps: default (CompVis), leading or trailing (any --steps); lcm: default only")->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule, "k-diffusion samplers' sigmas: default or karras, or diffusers' schedulers: leading, or trailing for euler and euler_a (the Turbo recipe); PLMS/DDIM timesteps: default (CompVis), leading or trailing (any --steps); lcm: default only")->capture_default_str();
     app.add_flag("--plms", f.plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
     app.add_option("--outdir", f.outdir, "output folder")->capture_default_str();
     app.add_option("--name", job.name_pattern,

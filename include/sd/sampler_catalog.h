@@ -30,7 +30,7 @@ std::string sampler_choices();
 
 // Throws sd::Error (one line naming the choices) for an unknown sampler or
 // schedule, or a schedule the sampler does not take (its row's schedules:
-// karras for PLMS/DDIM, leading for a k-sampler, trailing for DPM++ 2M, any but
+// karras for PLMS/DDIM, trailing for DPM++ 2M, any but
 // default for LCM).
 void check_sampler_settings(const std::string& sampler, const std::string& schedule);
 

@@ -62,7 +62,7 @@ struct LoraUse {
 
 struct GenerateSettings {
     std::string sampler = default_sampler();  // sd/sampler_catalog.h
-    std::string schedule = "default";    // k-samplers: default | karras; PLMS/DDIM: default | leading | trailing
+    std::string schedule = "default";    // k-samplers: default | karras | leading (| trailing); PLMS/DDIM: default | leading | trailing
     int steps = 50;
     double scale = 7.5;
     int height = 512, width = 512;

@@ -94,4 +94,33 @@ std::vector<int> lcm_timesteps(int steps, int num_train_timesteps) {
     return ts;
 }
 
+std::vector<int> dpm_leading_timesteps(int steps, int num_train_timesteps) {
+    const int T = num_train_timesteps;
+    if (steps < 1 || steps >= T)
+        throw Error("steps must be between 1 and " + std::to_string(T - 1) + ", got " + std::to_string(steps));
+    const int ratio = T / (steps + 1);
+    std::vector<int> ts;
+    for (int i = steps; i >= 1; --i) ts.push_back(i * ratio + 1);
+    return ts;
+}
+
+int compvis_t_enc(double strength, int steps) { return static_cast<int>(strength * static_cast<double>(steps)); }
+
+int diffusers_t_start(double strength, int steps) {
+    const int init_timestep = std::min(static_cast<int>(static_cast<double>(steps) * strength), steps);
+    return std::max(steps - init_timestep, 0);
+}
+
+int img2img_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, double strength,
+                       int num_train_timesteps) {
+    if (!(strength > 0 && strength <= 1))
+        throw Error("--strength must be greater than 0 and at most 1, got " + std::to_string(strength));
+    check_sampler_settings(sampler, schedule);
+    if (sampler == "plms")
+        throw Error("the plms sampler cannot start from an image (CompVis img2img.py has no PLMS); use ddim or another sampler");
+    const int total = sampler_step_count(sampler, schedule, requested_steps, num_train_timesteps);
+    if (sampler == "ddim" && schedule == "default") return std::min(compvis_t_enc(strength, requested_steps), total);
+    return total - diffusers_t_start(strength, total);
+}
+
 }  // namespace sd

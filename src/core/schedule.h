@@ -35,6 +35,25 @@ std::vector<int> lcm_timesteps(int steps, int num_train_timesteps);
 // e.g. 10 -> 999, 899, ..., 99. Requires 1 <= steps <= T.
 std::vector<int> sgm_timesteps(int steps, int num_train_timesteps);
 
+// diffusers' DPMSolverMultistepScheduler "leading" timesteps, descending:
+// arange(steps + 1) * (T / (steps + 1)), reversed, the last (0) dropped, + 1,
+// e.g. 10 -> 901, 811, ..., 91. Requires 1 <= steps < T.
+std::vector<int> dpm_leading_timesteps(int steps, int num_train_timesteps);
+
+// img2img (issue 33): which steps run from given latents.
+// CompVis img2img.py: t_enc = int(strength * steps), the float64 product
+// truncated as Python's int() does (0.58 * 50 = 28.999999999999996 -> 28).
+int compvis_t_enc(double strength, int steps);
+// diffusers' get_timesteps: the position, in the `steps` scheduler timesteps
+// (noisiest first), of the first step run: max(S - min(int(S * strength), S), 0);
+// S means none runs.
+int diffusers_t_start(double strength, int steps);
+// The steps an img2img or inpaint run does (sd::sample's arithmetic, for
+// messages and metadata). Throws sd::Error unless 0 < strength <= 1, for
+// plms (CompVis img2img.py has none), and where sampler_step_count would.
+int img2img_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, double strength,
+                       int num_train_timesteps);
+
 // Steps a sampler really runs with a schedule (sd/sampler_catalog.h's sampler_step_count
 // for the default one). Throws sd::Error when the count cannot run.
 int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, int num_train_timesteps);

@@ -24,7 +24,9 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 
 at::Tensor ReplayedUnet::operator()(const at::Tensor& x, const at::Tensor& t) {
     EXPECT_LT(calls, xs.size(0)) << label;
-    const at::Tensor want_x = xs[calls].slice(0, 0, n), want_t = ts[calls].slice(0, 0, n);
+    // A 9-channel inpainting UNet's recorded input is cat(x, mask, masked image
+    // latents): the sampler's x is its first channels.
+    const at::Tensor want_x = xs[calls].slice(0, 0, n).slice(1, 0, x.size(1)), want_t = ts[calls].slice(0, 0, n);
     EXPECT_LE(max_abs_diff(x, want_x), 1e-4 * xs[calls].abs().max().item<double>() + 1e-6) << label << " call " << calls;
     if (t.is_floating_point()) EXPECT_LE(max_abs_diff(t, want_t), 1e-4) << label << " call " << calls;
     else EXPECT_TRUE(at::equal(t, want_t)) << label << " call " << calls;

@@ -17,7 +17,9 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
 // The reference UNet replayed for a sampler under test: each call checks that
 // the sampler asks for the recorded x (within 1e-4 of its largest value) and t
 // (exactly for integer timesteps, within 1e-4 for the k-samplers' fractional
-// ones) and returns the recorded guided output e_u + scale (e_c - e_u).
+// ones) and returns the recorded guided output e_u + scale (e_c - e_u). Of a
+// recorded input with more channels than x (a 9-channel inpainting UNet's)
+// only x's channels are compared.
 struct ReplayedUnet {
     at::Tensor xs, ts, outs;  // unet_x.npy, unet_t.npy, unet_out.npy of a case
     int64_t n = 1;            // images in the batch

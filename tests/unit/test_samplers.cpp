@@ -61,10 +61,12 @@ TEST(SamplerList, LeadingAndTrailingSpacingsTakeAnyStepCount) {
         EXPECT_EQ(sd::sampler_step_count("plms", spacing, 3, 1000), 3);
         EXPECT_EQ(sd::sampler_step_count("ddim", spacing, 30, 1000), 30);
         EXPECT_NO_THROW(sd::check_sampler_settings("ddim", spacing));
-        EXPECT_THROW(sd::check_sampler_settings("dpmpp_2m", spacing), sd::Error);
+        if (std::string(spacing) == "trailing") EXPECT_THROW(sd::check_sampler_settings("dpmpp_2m", spacing), sd::Error);
+        else EXPECT_NO_THROW(sd::check_sampler_settings("dpmpp_2m", spacing));
         EXPECT_THROW(sd::check_sampler_settings("lcm", spacing), sd::Error);
     }
-    EXPECT_THROW(sd::check_sampler_settings("euler", "leading"), sd::Error);
+    EXPECT_NO_THROW(sd::check_sampler_settings("euler", "leading"));  // diffusers' Euler schedulers (issue 33)
+    EXPECT_THROW(sd::check_sampler_settings("dpmpp_2m", "trailing"), sd::Error);
     EXPECT_THROW(sd::sampler_step_count("plms", "default", 3, 1000), sd::Error);
     EXPECT_THROW(sd::compvis_timesteps(10, 1000, "middle"), sd::Error);
 }
@@ -130,4 +132,34 @@ TEST(SamplerSteps, SgmTimesteps) {
     EXPECT_THROW(sd::sgm_timesteps(1001, 1000), sd::Error);
     // Not diffusers' "trailing" (12 steps: 999, 916, ...).
     EXPECT_NE(sd::sgm_timesteps(12, 1000), sd::trailing_timesteps(12, 1000));
+}
+
+// img2img's step arithmetic (issue 33), as shared/conformance/img2img states it.
+TEST(SamplerList, Img2ImgSteps) {
+    EXPECT_EQ(sd::compvis_t_enc(0.58, 50), 28);  // 28.999999999999996, truncated as Python's int()
+    EXPECT_EQ(sd::compvis_t_enc(0.75, 10), 7);
+    EXPECT_EQ(sd::compvis_t_enc(0.3, 10), 3);
+    EXPECT_EQ(sd::compvis_t_enc(1.0, 10), 10);
+    EXPECT_EQ(sd::diffusers_t_start(0.75, 10), 3);
+    EXPECT_EQ(sd::diffusers_t_start(0.3, 15), 11);
+    EXPECT_EQ(sd::diffusers_t_start(1.0, 10), 0);
+    EXPECT_EQ(sd::diffusers_t_start(0.05, 10), 10);  // none runs
+    EXPECT_EQ(sd::dpm_leading_timesteps(10, 1000), (std::vector<int>{901, 811, 721, 631, 541, 451, 361, 271, 181, 91}));
+    EXPECT_THROW(sd::dpm_leading_timesteps(1000, 1000), sd::Error);
+    // The public cases' steps run.
+    EXPECT_EQ(sd::img2img_step_count("ddim", "default", 10, 0.75, 1000), 7);
+    EXPECT_EQ(sd::img2img_step_count("ddim", "default", 20, 0.5, 1000), 10);
+    EXPECT_EQ(sd::img2img_step_count("ddim", "leading", 10, 0.75, 1000), 7);
+    EXPECT_EQ(sd::img2img_step_count("euler_a", "leading", 20, 0.5, 1000), 10);
+    EXPECT_EQ(sd::img2img_step_count("dpmpp_2m", "karras", 15, 0.3, 1000), 4);
+    EXPECT_EQ(sd::img2img_step_count("lcm", "default", 4, 0.5, 1000), 2);
+    // CompVis at strength 1.0: all steps (img2img.py fails there; see sampling_loop.h),
+    // and with 15 steps (16 DDIM entries) img2img.py's own 15.
+    EXPECT_EQ(sd::img2img_step_count("ddim", "default", 10, 1.0, 1000), 10);
+    EXPECT_EQ(sd::img2img_step_count("ddim", "default", 15, 1.0, 1000), 15);
+    EXPECT_EQ(sd::img2img_step_count("ddim", "default", 10, 0.05, 1000), 0);
+    EXPECT_THROW(sd::img2img_step_count("plms", "default", 10, 0.5, 1000), sd::Error);
+    EXPECT_THROW(sd::img2img_step_count("ddim", "default", 10, 0.0, 1000), sd::Error);
+    EXPECT_THROW(sd::img2img_step_count("ddim", "default", 10, 1.01, 1000), sd::Error);
+    EXPECT_THROW(sd::img2img_step_count("ddim", "default", 3, 0.5, 1000), sd::Error);  // CompVis refuses 3 steps
 }
