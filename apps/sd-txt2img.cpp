@@ -187,6 +187,28 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--H", job.settings.height, "image height in pixels (default: the size the model was trained at, else 512)");
     app.add_option("--W", job.settings.width, "image width in pixels (default: the size the model was trained at, else 512)");
     app.add_option("--scale", job.settings.scale, "classifier-free guidance scale (default: the model's, else 7.5)");
+    app.add_option("--init-img", job.settings.init.path,
+                   "start from this picture (PNG, JPEG or BMP): img2img; with --mask or --outpaint, inpainting");
+    app.add_option("--strength", job.settings.init.strength,
+                   "with --init-img: the part of the schedule that runs, more than 0 and at most 1 (A1111's denoising "
+                   "strength)")
+        ->capture_default_str();
+    app.add_option("--mask", job.settings.init.mask,
+                   "with --init-img: a picture of the same size whose white part is repainted (grey 128 and up counts "
+                   "as white)");
+    app.add_option("--mask-blur", job.settings.init.mask_blur, "blur the mask by this radius in pixels (A1111's)")
+        ->capture_default_str();
+    app.add_flag("--invert-mask", job.settings.init.invert_mask, "repaint the black part of the mask instead");
+    app.add_option("--outpaint", job.settings.init.outpaint,
+                   "LEFT,TOP,RIGHT,BOTTOM: extend the --init-img picture by that many pixels and paint the new area");
+    app.add_option("--resize-mode", job.settings.init.resize_mode,
+                   "a picture of another size than --W x --H: just (stretch), crop (cover, cut the middle) or fill "
+                   "(fit, stretch the edges into the bands)")
+        ->capture_default_str();
+    app.add_option("--masked-content", job.settings.init.masked_content,
+                   "what the masked area holds before sampling: original, or fill (the kept colours blurred in, "
+                   "A1111's)")
+        ->capture_default_str();
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
     app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
@@ -386,6 +408,12 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
         if (!app.count("--H")) job.settings.height = native;
         if (!app.count("--W")) job.settings.width = native;
     }
+    // Starting from a picture: its own size (grown by --outpaint), as img2img.py and diffusers do.
+    if (job.settings.init.active() && (!app.count("--H") || !app.count("--W"))) {
+        const auto [w, h] = sd::init_canvas_size(job.settings.init, pipeline.config().size_multiple);
+        if (!app.count("--W")) job.settings.width = w;
+        if (!app.count("--H")) job.settings.height = h;
+    }
     if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
     // The model's recorded sampler recipe (model.json default_*): its steps and
     // schedule belong to its sampler, so they apply only when --sampler does too.
@@ -402,6 +430,34 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
 // Every --from-png file read and its prompt checked, before the model loads.
 void read_recorded_images(Flags& f) {
     for (const auto& path : f.from_png) f.recorded.push_back(sd::read_recorded_image(path));
+}
+
+// A PNG made from a picture (img2img, inpainting) is remade from the same
+// picture, which it does not hold: --init-img (and --mask) must give it. A file
+// whose SHA-256 differs from the recorded one gives a warning: a picture the
+// user edited since is a thing to remake on purpose.
+void use_recorded_picture(const CLI::App& app, const std::string& path, const sd::RecordedImage& rec, sd::InitImage& init) {
+    auto given = [&](const char* flag) { return app.count(flag) > 0; };
+    if (!rec.strength) return;
+    if (!given("--init-img"))
+        throw sd::Error(path + ": this image was made from a picture (img2img" + (rec.mask_hash.empty() ? "" : ", inpainted") +
+                        "), which a PNG does not hold: give it with --init-img FILE" +
+                        (rec.mask_hash.empty() ? "" : " and its mask with --mask FILE"));
+    if (!rec.mask_hash.empty() && !given("--mask"))
+        throw sd::Error(path + ": this image was inpainted: give its mask with --mask FILE as well as --init-img");
+    if (!given("--strength")) init.strength = *rec.strength;
+    if (rec.mask_blur && !given("--mask-blur")) init.mask_blur = *rec.mask_blur;
+    if (rec.invert_mask && !given("--invert-mask")) init.invert_mask = true;
+    if (rec.outpaint && !given("--outpaint")) init.outpaint = *rec.outpaint;
+    if (rec.resize_mode && !given("--resize-mode")) init.resize_mode = *rec.resize_mode;
+    if (rec.masked_content && !given("--masked-content")) init.masked_content = *rec.masked_content;
+    auto compare = [&](const std::string& file, const std::string& flag, const std::string& recorded) {
+        if (recorded.empty() || sd::file_sha256(file, flag) == recorded) return;
+        std::cerr << "sd-txt2img: warning: " << path << " was made from another picture than " << flag << " " << file
+                  << " (its SHA-256 differs): the remake will differ" << std::endl;
+    };
+    compare(init.path, "--init-img", rec.init_hash);
+    if (!init.mask.empty()) compare(init.mask, "--mask", rec.mask_hash);
 }
 
 // The job that remakes the image a PNG records: its settings, except those the flags give.
@@ -449,6 +505,7 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
             throw sd::Error(path + ": batch position " + std::to_string(*job.keep_position) + " is not within --n_samples " +
                             std::to_string(job.n_samples));
     }
+    use_recorded_picture(app, path, rec, job.settings.init);
     return job;
 }
 

@@ -35,6 +35,14 @@ struct RecordedImage {
     std::vector<RecordedHash> embeddings;  // "TI hashes": trigger word and A1111's short hash
     std::vector<RecordedHash> loras;       // "Lora hashes": tag name and A1111's short hash
     std::string model, version;
+    // Made from a picture (img2img, inpainting): "Denoising strength" and the
+    // files' SHA-256 ("Init image hash", "Mask hash"), "Mask blur", "Mask mode",
+    // "Outpaint", "Resize mode", "Masked content".
+    std::optional<double> strength;
+    std::string init_hash, mask_hash;
+    std::optional<int> mask_blur;
+    bool invert_mask = false;
+    std::optional<std::string> outpaint, resize_mode, masked_content;
 };
 
 // Text from a file as a message shows it: at most 60 bytes, control characters
@@ -50,5 +58,9 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
 // naming the file) when it is not a regular file, is larger than
 // kMaxRecordedPngBytes, is not a PNG, or carries no such text.
 RecordedImage read_recorded_image(const std::string& png_path);
+
+// The lower-case hex SHA-256 of a file the user hands in (`what` names its
+// flag in messages): what "Init image hash" and "Mask hash" record.
+std::string file_sha256(const std::string& path, const std::string& what);
 
 }  // namespace sd

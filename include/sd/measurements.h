@@ -7,6 +7,7 @@ namespace sd {
 // Peak resident memory measured while each stage ran (bytes; 0 if it did not run).
 struct StagePeaks {
     long long text = 0, unet = 0, vae = 0;
+    long long encode = 0, encode_kept = 0;  // the VAE encoder (--init-img)
     // The most freed bytes the allocator kept for reuse during each stage (block_cache.h).
     long long text_kept = 0, unet_kept = 0, vae_kept = 0;
     // Large blocks the allocator handed out over the run, and how many of them were reused.

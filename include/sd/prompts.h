@@ -34,6 +34,9 @@ struct PromptOverrides {
     std::optional<std::string> sampler;
     std::optional<std::string> schedule;
     std::optional<int> n_iter;
+    // Starting from a picture (issue 33): "init_img", "mask", "strength", "outpaint".
+    std::optional<std::string> init_img, mask, outpaint;
+    std::optional<double> strength;
 };
 
 struct PromptLine {
@@ -49,7 +52,9 @@ struct PromptLine {
 // Plain text: one prompt a line; blank lines and lines starting with '#' are
 // skipped; CRLF and a UTF-8 byte order mark accepted. A ".jsonl" file: one JSON
 // object a line with a string "prompt" and optional "negative_prompt", "seed",
-// "steps", "scale", "H", "W", "sampler", "schedule", "n_iter". "-" reads standard input.
+// "steps", "scale", "H", "W", "sampler", "schedule", "n_iter", and a picture to
+// start from: "init_img", "mask", "strength", "outpaint" (paths as given, from the
+// working folder, like the flags). "-" reads standard input.
 // Throws sd::Error naming the file (and line) when it is unreadable, malformed,
 // not UTF-8, has an unknown key or bad value, or holds no prompt.
 std::vector<PromptLine> read_prompt_file(const std::string& path);

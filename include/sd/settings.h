@@ -60,6 +60,27 @@ struct LoraUse {
     }
 };
 
+// Starting from a picture (--init-img; issue 33): img2img, and with a mask
+// (or --outpaint) inpainting. The pipeline reads and prepares the files
+// (src/image/init_pixels.h) for each batch.
+struct InitImage {
+    std::string path;              // PNG, JPEG or BMP; empty: text to image
+    std::string mask;              // white (255) is repainted, black kept; empty: img2img
+    double strength = 0.75;        // 0 < S <= 1: how much of the schedule runs (A1111's denoising strength)
+    int mask_blur = 0;             // A1111's Gaussian blur radius of the mask, in pixels
+    bool invert_mask = false;      // repaint the black part instead
+    std::string outpaint;          // "LEFT,TOP,RIGHT,BOTTOM" pixels added and inpainted; empty: none
+    std::string resize_mode = "just";  // just | crop | fill: a picture of another size than --W x --H
+    std::string masked_content = "original";  // fill | original | latent-noise | latent-nothing
+    std::string image_hash, mask_hash;  // SHA-256 of the files (PNG text), filled by the run
+    bool active() const { return !path.empty(); }
+    bool operator==(const InitImage& o) const {
+        return path == o.path && mask == o.mask && strength == o.strength && mask_blur == o.mask_blur &&
+               invert_mask == o.invert_mask && outpaint == o.outpaint && resize_mode == o.resize_mode &&
+               masked_content == o.masked_content;
+    }
+};
+
 struct GenerateSettings {
     std::string sampler = default_sampler();  // sd/sampler_catalog.h
     std::string schedule = "default";    // k-samplers: default | karras | leading (| trailing); PLMS/DDIM: default | leading | trailing
@@ -81,6 +102,7 @@ struct GenerateSettings {
     // original and the target size.
     int original_width = 0, original_height = 0, target_width = 0, target_height = 0;
     int crop_top = 0, crop_left = 0;
+    InitImage init;
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.

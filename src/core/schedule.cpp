@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/img2img_schedule.h"
 #include "sd/error.h"
 #include "sd/sampler_catalog.h"
 
@@ -104,17 +105,11 @@ std::vector<int> dpm_leading_timesteps(int steps, int num_train_timesteps) {
     return ts;
 }
 
-int compvis_t_enc(double strength, int steps) { return static_cast<int>(strength * static_cast<double>(steps)); }
-
-int diffusers_t_start(double strength, int steps) {
-    const int init_timestep = std::min(static_cast<int>(static_cast<double>(steps) * strength), steps);
-    return std::max(steps - init_timestep, 0);
-}
+int diffusers_t_start(double strength, int steps) { return diffusers_img2img_plan(steps, strength).t_start; }
 
 int img2img_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, double strength,
                        int num_train_timesteps) {
-    if (!(strength > 0 && strength <= 1))
-        throw Error("--strength must be greater than 0 and at most 1, got " + std::to_string(strength));
+    check_strength("--strength", strength);
     check_sampler_settings(sampler, schedule);
     if (sampler == "plms")
         throw Error("the plms sampler cannot start from an image (CompVis img2img.py has no PLMS); use ddim or another sampler");

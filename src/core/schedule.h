@@ -40,10 +40,8 @@ std::vector<int> sgm_timesteps(int steps, int num_train_timesteps);
 // e.g. 10 -> 901, 811, ..., 91. Requires 1 <= steps < T.
 std::vector<int> dpm_leading_timesteps(int steps, int num_train_timesteps);
 
-// img2img (issue 33): which steps run from given latents.
-// CompVis img2img.py: t_enc = int(strength * steps), the float64 product
-// truncated as Python's int() does (0.58 * 50 = 28.999999999999996 -> 28).
-int compvis_t_enc(double strength, int steps);
+// img2img (issue 33): which steps run from given latents (CompVis's t_enc:
+// core/img2img_schedule.h compvis_t_enc).
 // diffusers' get_timesteps: the position, in the `steps` scheduler timesteps
 // (noisiest first), of the first step run: max(S - min(int(S * strength), S), 0);
 // S means none runs.

@@ -15,13 +15,14 @@ Guidance::Guidance(UnetFn unet, const UnetConditioning& text, double scale, int6
     context_ = guided_ ? at::cat({text.uncond, text.cond}) : text.cond;
     // SDXL's vector input, in the same row order as the context.
     if (text.cond_y.defined()) y_ = guided_ ? at::cat({text.uncond_y, text.cond_y}) : text.cond_y;
+    if (text.concat.defined()) concat_ = guided_ ? at::cat({text.concat, text.concat}) : text.concat;
 }
 
 at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t) const {
     const int64_t n = x.size(0);
     auto pass = [&](int64_t i, int64_t e) {
-        return unet_(x.slice(0, i, e), t.slice(0, i, e), context_.slice(0, i, e),
-                     y_.defined() ? y_.slice(0, i, e) : at::Tensor());
+        const at::Tensor xs = concat_.defined() ? at::cat({x.slice(0, i, e), concat_.slice(0, i, e)}, 1) : x.slice(0, i, e);
+        return unet_(xs, t.slice(0, i, e), context_.slice(0, i, e), y_.defined() ? y_.slice(0, i, e) : at::Tensor());
     };
     if (n <= rows_per_pass_) return pass(0, n);
     std::vector<at::Tensor> parts;

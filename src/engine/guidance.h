@@ -19,6 +19,11 @@ using UnetFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t
 struct UnetConditioning {
     at::Tensor cond, uncond;
     at::Tensor cond_y, uncond_y;
+    // An inpainting UNet's extra input channels, one row per image (the
+    // latent-size mask and the masked picture's latents), the same for both
+    // sides: they follow the latents on the channel axis (diffusers' and
+    // RunwayML's order). Undefined for other models.
+    at::Tensor concat;
 };
 
 // e_u + scale * (e_c - e_u): the guided output of the two halves.
@@ -38,7 +43,7 @@ public:
 private:
     at::Tensor run(const at::Tensor& x, const at::Tensor& t) const;
     UnetFn unet_;
-    at::Tensor context_, y_;
+    at::Tensor context_, y_, concat_;
     double scale_;
     int64_t rows_per_pass_;
     bool guided_;

@@ -65,12 +65,17 @@ torch::jit::Module& LoadedStages::text_encoder_2() {
 torch::jit::Module& LoadedStages::unet() { return load(unet_, config_.unet_path, &times_.unet_load); }
 torch::jit::Module& LoadedStages::vae_decoder() { return load(vae_decoder_, config_.vae_decoder_path, &times_.vae_load); }
 
+torch::jit::Module& LoadedStages::vae_encoder() {
+    return load(vae_encoder_, config_.vae_encoder_path, &times_.vae_load);
+}
+
 void LoadedStages::release_text_encoders() {
     release(text_encoder_);
     release(text_encoder_2_);
 }
 void LoadedStages::release_unet() { release(unet_); }
 void LoadedStages::release_vae_decoder() { release(vae_decoder_); }
+void LoadedStages::release_vae_encoder() { release(vae_encoder_); }
 
 at::Tensor LoadedStages::to_device(const at::Tensor& t) const {
     return t.is_floating_point() ? t.to(device_, compute_type_) : t.to(device_);

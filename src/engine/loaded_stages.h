@@ -34,11 +34,13 @@ public:
     torch::jit::Module& text_encoder_2();  // SDXL's second (OpenCLIP bigG)
     torch::jit::Module& unet();
     torch::jit::Module& vae_decoder();
+    torch::jit::Module& vae_encoder();  // img2img; config().vae_encoder_path must be set
     bool unet_loaded() const { return unet_.has_value(); }
 
     void release_text_encoders();
     void release_unet();
     void release_vae_decoder();
+    void release_vae_encoder();
 
     // Stage inputs go to the device in the compute dtype; outputs come back as
     // fp32 on the CPU, where the sampler and its generator live (so a seed
@@ -76,7 +78,7 @@ private:
     StageTimes& times_;
     c10::Device device_ = c10::kCPU;
     at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
-    Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_;
+    Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_, vae_encoder_;
     bool prepack_ = false, unet_packed_ = false;
     std::map<std::string, at::Tensor> vae_override_;
     std::vector<LoraUse> merged_loras_;

@@ -12,7 +12,9 @@
 #include "engine/embeddings.h"
 #include "engine/guidance.h"
 #include "engine/loaded_stages.h"
+#include "engine/picture_start.h"
 #include "engine/runtime.h"
+#include "engine/settings_check.h"
 #include "engine/sampling_loop.h"
 #include "engine/stage_loader.h"
 #include "engine/text_conditioner.h"
@@ -81,8 +83,9 @@ private:
     MemoryRequest request(const GenerateSettings& s, int images) const;
     UnetConditioning encode_text(const std::vector<std::string>& prompts, const GenerateSettings& s,
                                  const MemoryPlan& plan);
-    at::Tensor denoise(const UnetConditioning& text, int64_t images, const GenerateSettings& s, const MemoryPlan& plan,
-                       const ProgressFn& progress);
+    std::optional<PictureStart> encode_picture(const GenerateSettings& s, const MemoryPlan& plan);
+    at::Tensor denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
+                       const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress);
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan);
 
     PipelineOptions options_;
@@ -108,7 +111,8 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options)
     config_ = load_model_config(options.model_dir);
     const bool full_vae = options.vae_decoder.empty();
     for (const auto* stage :
-         {&config_.text_encoder_path, &config_.unet_path, &config_.vae_decoder_path, &config_.text_encoder_2_path})
+         {&config_.text_encoder_path, &config_.unet_path, &config_.vae_decoder_path, &config_.text_encoder_2_path,
+          &config_.vae_encoder_path})
         if (!stage->empty() && (full_vae || stage != &config_.vae_decoder_path)) check_stage_files(*stage);
     stages_ = std::make_unique<LoadedStages>(options, config_, compute_, times_);
     vae_ = std::make_unique<VaeCodec>(options, *stages_);
@@ -140,28 +144,7 @@ std::vector<EmbeddingInfo> TorchPipeline::embeddings() const {
 }
 
 void TorchPipeline::check(const GenerateSettings& s) const {
-    const auto& c = config_;
-    check_sampler_settings(s.sampler, s.schedule, s.steps);
-    parse_parameterization(c.parameterization);
-    const int T = static_cast<int>(c.alphas_cumprod.size());
-    if (s.steps < 1 || s.steps > T)
-        throw Error("--steps must be between 1 and " + std::to_string(T) + ", the number of timesteps in this model's noise " +
-                    "schedule (model.json alphas_cumprod), got " + std::to_string(s.steps));
-    sampler_step_count(s.sampler, s.schedule, s.steps, T);  // rejects CompVis counts whose schedule runs past T-1
-    check_clip_skip("--clip-skip", s.clip_skip, c.text_layers_used);
-    for (auto [name, v] : {std::pair<const char*, int>{"--H", s.height}, {"--W", s.width}}) {
-        if (v < c.size_multiple || v % c.size_multiple != 0)
-            throw Error(std::string(name) + " " + std::to_string(v) + " is not a positive multiple of " +
-                        std::to_string(c.size_multiple) + ", which this model needs");
-    }
-    const bool size_flags = s.original_width || s.original_height || s.target_width || s.target_height || s.crop_top ||
-                            s.crop_left;
-    if (size_flags && !c.is_sdxl())
-        throw Error("--original-size, --crop-coords and --target-size are SDXL's size conditioning; this model is " +
-                    (c.family == "sd1" ? std::string("SD 1.x") : std::string("SD 2.x")) + ", which has none");
-    if (c.is_sdxl() && !s.loras.empty())
-        throw Error("LoRA on SDXL models is not supported yet (only SD 1.x and 2.x LoRAs merge); run without --lora "
-                    "and <lora:...> tags");
+    check_settings(config_, options_.model_dir, s);
     for (const auto& lora : s.loras) stages_->lora_file(lora);  // read and matched before any stage loads
 }
 
@@ -215,13 +198,25 @@ UnetConditioning TorchPipeline::encode_text(const std::vector<std::string>& prom
     return text;
 }
 
+// A picture to start from (--init-img), through the VAE encoder.
+std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings& s, const MemoryPlan& plan) {
+    if (!s.init.active()) return std::nullopt;
+    const StageMeter meter(options_.measure_stages);
+    PictureStart p = sd::encode_picture(s, config_, *vae_, plan);
+    if (plan.sequential) stages_->release_vae_encoder();
+    meter.end(peaks_.encode, peaks_.encode_kept);
+    return p;
+}
+
 // Sampling from the seed's start noise, the UNet run in passes of at most plan.unet_rows rows.
-at::Tensor TorchPipeline::denoise(const UnetConditioning& text, int64_t images, const GenerateSettings& s,
-                                  const MemoryPlan& plan, const ProgressFn& progress) {
+at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
+                                  const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress) {
     const StageMeter meter(options_.measure_stages);
     const int64_t h = s.height / config_.downsample_factor, w = s.width / config_.downsample_factor;
     const bool first_batch = times_.start_to_first_step == 0;
-    at::Tensor noise = at::randn({images, config_.latent_channels, h, w}, gen_);
+    StartLatents start;
+    if (picture) start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen_);
+    else start.noise = at::randn({images, config_.latent_channels, h, w}, gen_);
     auto& unet = stages_->unet();
     set_attention(unet, {plan.attention_mode, plan.attention_chunk});
     set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
@@ -234,7 +229,7 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, int64_t images, 
         return LoadedStages::to_host(unet.forward(in).toTensor());
     };
     Guidance guidance(unet_fn, {on_device(text.cond), on_device(text.uncond), on_device(text.cond_y),
-                                on_device(text.uncond_y)},
+                                on_device(text.uncond_y), on_device(start.concat)},
                       s.scale, plan.unet_rows);
     StepFn on_step = nullptr;
     if (progress || vae_->previews())
@@ -242,10 +237,16 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, int64_t images, 
             vae_->maybe_preview(i, total, xi, x0);
             if (progress) progress(i + 1, total);
         };
-    const SamplerSettings ks{s.sampler,         s.schedule,          s.steps, parse_parameterization(config_.parameterization),
-                             config_.is_sdxl(), config_.linear_start, config_.linear_end};
+    SamplerSettings ks{s.sampler,         s.schedule,          s.steps, parse_parameterization(config_.parameterization),
+                       config_.is_sdxl(), config_.linear_start, config_.linear_end};
+    if (picture) ks.strength = s.init.strength;
+    // A 4-channel UNet inpaints by blending the picture's latents back in after each step.
+    std::optional<InpaintBlend> blend;
+    if (start.mask.defined()) blend = InpaintBlend{start.mask};
     if (first_batch) times_.start_to_first_step = seconds_since_process_start();
-    at::Tensor latents = sample(ks, std::ref(guidance), noise, config_.alphas_cumprod, gen_, on_step).contiguous();
+    at::Tensor latents = sample(ks, std::ref(guidance), start.noise, config_.alphas_cumprod, gen_, on_step,
+                                start.init_latents, blend ? &*blend : nullptr)
+                             .contiguous();
     peaks_.unet_evaluations = guidance.evaluations();
     peaks_.unet_rows = guidance.rows();
     // NaN turns into black pixels silently; stop instead, before anything is written.
@@ -284,7 +285,9 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     peaks_ = {};
     try {
         const UnetConditioning text = encode_text(prompts, s, plan);
-        const at::Tensor latents = denoise(text, static_cast<int64_t>(prompts.size()), s, plan, progress);
+        const std::optional<PictureStart> picture = encode_picture(s, plan);
+        const at::Tensor latents =
+            denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s, plan, progress);
         const at::Tensor decoded = decode(latents, plan);
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();

@@ -6,6 +6,7 @@
 
 #include "sd/error.h"
 #include "core/sampler_list.h"
+#include "core/img2img_schedule.h"
 #include "core/schedule.h"
 #include "sd/sampler_catalog.h"
 

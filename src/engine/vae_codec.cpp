@@ -127,6 +127,22 @@ at::Tensor VaeCodec::decode(const at::Tensor& latents, const MemoryPlan& plan) {
     return at::cat(images);
 }
 
+at::Tensor sample_posterior(const at::Tensor& moments, double scale_factor, at::Generator& gen) {
+    const auto parts = moments.chunk(2, 1);
+    const at::Tensor std = at::exp(0.5 * at::clamp(parts[1], -30.0, 20.0));
+    return (parts[0] + std * at::randn(parts[0].sizes(), gen)) * scale_factor;
+}
+
+at::Tensor VaeCodec::encode(const at::Tensor& images, const MemoryPlan& plan) {
+    auto& enc = stages_.vae_encoder();
+    set_attention(enc, {plan.attention_mode, plan.attention_chunk});
+    set_layer_memory(enc, plan.ff_chunk, plan.conv_split);
+    std::vector<at::Tensor> moments;
+    for (int64_t i = 0; i < images.size(0); ++i)
+        moments.push_back(LoadedStages::to_host(enc.forward({stages_.to_device(images.slice(0, i, i + 1))}).toTensor()));
+    return at::cat(moments);
+}
+
 // Previews of the current predicted images every preview_every steps.
 void VaeCodec::maybe_preview(int step, int total, const at::Tensor& x, const at::Tensor& pred_x0) {
     if (!preview_ || preview_every_ <= 0 || !preview_taesd_ || (step + 1) % preview_every_ != 0) return;

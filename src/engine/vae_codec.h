@@ -24,6 +24,11 @@ std::vector<Image> to_images(const at::Tensor& decoded);
 using DecodeFn = std::function<at::Tensor(const at::Tensor&)>;
 at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int tile, int factor);
 
+// The posterior sample of the moments, as the UNet's latents: scale_factor *
+// (mean + exp(0.5 clamp(logvar, -30, 20)) * randn) with one draw of the mean's
+// shape from gen (ldm's DiagonalGaussianDistribution, diffusers' latent_dist.sample).
+at::Tensor sample_posterior(const at::Tensor& moments, double scale_factor, at::Generator& gen);
+
 class VaeCodec {
 public:
     // Reads and checks --vae-decoder, --preview-decoder, --preview and --vae
@@ -36,6 +41,10 @@ public:
     // Latents [n, C, h, w] to decoder output [n, 3, H, W] in [-1, 1], one image
     // at a time (the VAE's activations grow with pixels), in tiles where the plan says.
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan);
+
+    // Pictures [n, 3, H, W] in [-1, 1] to the VAE encoder's moments [n, 2C, h, w]
+    // (the mean, then the log-variance), one picture at a time.
+    at::Tensor encode(const at::Tensor& images, const MemoryPlan& plan);
 
     // Where previews go; called by the sampler after each step.
     void set_preview(PreviewFn fn) { preview_ = std::move(fn); }

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "image/mask.h"
+#include "io/image_reader.h"
 #include "sd/error.h"
+#include "sd/settings.h"
 
 namespace sd {
 
@@ -46,6 +48,21 @@ InitPixels prepare_init_pixels(const Image& picture, const GreyImage* mask, cons
         out.mask_latent = latent_mask(out.mask, w, h, o.latent_factor);
     }
     return out;
+}
+
+std::pair<int, int> init_canvas_size(const InitImage& init, int multiple) {
+    const Image picture = read_image(init.path, "--init-img");
+    int w = picture.width, h = picture.height;
+    if (!init.outpaint.empty()) {
+        const OutpaintMargins m = parse_outpaint(init.outpaint, "--outpaint");
+        w += m.left + m.right;
+        h += m.top + m.bottom;
+    }
+    const int rw = round_down_to_multiple(w, multiple), rh = round_down_to_multiple(h, multiple);
+    if (rw < multiple || rh < multiple)
+        throw Error("--init-img " + init.path + " is " + std::to_string(w) + "x" + std::to_string(h) +
+                    " pixels; this model needs at least " + std::to_string(multiple) + " on each side");
+    return {rw, rh};
 }
 
 }  // namespace sd

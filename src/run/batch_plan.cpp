@@ -43,7 +43,8 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
            a.settings.schedule == b.settings.schedule && a.settings.prompt_weights == b.settings.prompt_weights &&
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
-           a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip && a.settings.loras == b.settings.loras;
+           a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip && a.settings.loras == b.settings.loras &&
+           a.settings.init == b.settings.init;
 }
 
 // The prompt's <lora:NAME:W> tags, found in --lora-dir, then --lora's files: the
@@ -83,6 +84,10 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.width) item.settings.width = *o.width;
     if (o.sampler) item.settings.sampler = *o.sampler;
     if (o.schedule) item.settings.schedule = *o.schedule;
+    if (o.init_img) item.settings.init.path = *o.init_img;
+    if (o.mask) item.settings.init.mask = *o.mask;
+    if (o.outpaint) item.settings.init.outpaint = *o.outpaint;
+    if (o.strength) item.settings.init.strength = *o.strength;
     item.n_iter = o.n_iter.value_or(job.n_iter);
     try {  // before any model loads
         check_sampler_settings(item.settings.sampler, item.settings.schedule, item.settings.steps);
@@ -218,6 +223,21 @@ std::string ti_hashes(const PromptItem& item, const std::vector<EmbeddingInfo>& 
     return out;
 }
 
+// A picture to start from: A1111's names (Denoising strength, Mask blur,
+// Mask mode, Resize mode, Masked content) where it has them, and the files'
+// SHA-256, which --from-png compares with the pictures it is given.
+std::string init_image_text(const InitImage& init) {
+    if (!init.active()) return "";
+    std::string text = ", Denoising strength: " + format_number(init.strength) + ", Init image hash: " + init.image_hash;
+    if (!init.mask.empty()) text += ", Mask hash: " + init.mask_hash;
+    if (init.mask_blur > 0) text += ", Mask blur: " + std::to_string(init.mask_blur);
+    if (init.invert_mask) text += ", Mask mode: Inpaint not masked";
+    if (!init.outpaint.empty()) text += ", Outpaint: " + quoted(init.outpaint);
+    if (init.resize_mode != "just") text += ", Resize mode: " + init.resize_mode;
+    if (init.masked_content != "original") text += ", Masked content: " + init.masked_content;
+    return text;
+}
+
 // A1111's "Lora hashes" value: "name: hash12, name: hash12", quoted.
 std::string lora_hashes_text(const std::vector<LoraUse>& loras) {
     std::string list;
@@ -250,6 +270,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     if (item.settings.clip_skip != 1) text += ", Clip skip: " + std::to_string(item.settings.clip_skip);
     if (const std::string ti = ti_hashes(item, embeddings); !ti.empty()) text += ", TI hashes: " + quoted(ti);
     if (!item.settings.loras.empty()) text += ", Lora hashes: " + lora_hashes_text(item.settings.loras);
+    text += init_image_text(item.settings.init);
     text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
     // compvis: the run's seed alone does not say which noise this image got; its batch does.
     if (mode == SeedMode::compvis)

@@ -8,6 +8,7 @@
 
 #include "io/fs_util.h"
 #include "io/png_text.h"
+#include "io/sha256.h"
 #include "run/batch_plan.h"
 #include "sd/error.h"
 #include "sd/prompts.h"
@@ -149,6 +150,22 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Clip skip") r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
         else if (key == "TI hashes") r.embeddings = hash_list(value);
         else if (key == "Lora hashes") r.loras = hash_list(value);
+        else if (key == "Denoising strength") {
+            char* end = nullptr;
+            const double v = std::strtod(value.c_str(), &end);
+            if (value.empty() || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 1)
+                throw Error(where + ": \"Denoising strength\" must be a number above 0 and at most 1, got \"" +
+                            text_excerpt(value) + "\"");
+            r.strength = v;
+        } else if (key == "Init image hash" || key == "Mask hash") {
+            if (value.size() != 64 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
+                throw Error(where + ": \"" + key + "\" must be a SHA-256 (64 hex digits), got \"" + text_excerpt(value) + "\"");
+            (key == "Mask hash" ? r.mask_hash : r.init_hash) = value;
+        } else if (key == "Mask blur") r.mask_blur = static_cast<int>(whole(key, value, {0, 256}, where));
+        else if (key == "Mask mode") r.invert_mask = value == "Inpaint not masked";
+        else if (key == "Outpaint") r.outpaint = value;
+        else if (key == "Resize mode") r.resize_mode = value;
+        else if (key == "Masked content") r.masked_content = value;
         else if (key == "Model") r.model = value;
         else if (key == "Version") r.version = value;
         // Other tools' keys (Model hash, ...) decide nothing here.
@@ -167,6 +184,11 @@ RecordedImage read_recorded_image(const std::string& png_path) {
     const auto it = texts.find("parameters");
     if (it == texts.end()) throw Error("--from-png: " + png_path + " carries no \"parameters\" text");
     return parse_parameters_text(it->second, png_path);
+}
+
+std::string file_sha256(const std::string& path, const std::string& what) {
+    check_regular_file(path, what);
+    return sha256_file_hex(path);
 }
 
 }  // namespace sd

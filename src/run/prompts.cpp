@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sd/error.h"
+#include "core/img2img_schedule.h"
 #include "io/fs_util.h"
 #include "io/json_depth.h"
 #include "sd/value_rules.h"
@@ -62,9 +63,17 @@ PromptOverrides parse_overrides(const nlohmann::json& j, const std::string& wher
             o.schedule = v.get<std::string>();
         } else if (key == "n_iter") {
             o.n_iter = static_cast<int>(get_whole(v, what, kIterRange));
+        } else if (key == "init_img" || key == "mask" || key == "outpaint") {
+            if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().find('\0') != std::string::npos)
+                throw Error(what + " must be a non-empty string, got " + v.dump());
+            (key == "init_img" ? o.init_img : key == "mask" ? o.mask : o.outpaint) = v.get<std::string>();
+        } else if (key == "strength") {
+            if (!v.is_number()) throw Error(what + " must be a number, got " + v.dump());
+            o.strength = check_strength(what, v.get<double>());
         } else {
             throw Error(where + ": unknown key \"" + key +
-                        "\" (known: prompt, negative_prompt, seed, steps, scale, H, W, sampler, schedule, n_iter)");
+                        "\" (known: prompt, negative_prompt, seed, steps, scale, H, W, sampler, schedule, n_iter, "
+                        "init_img, mask, strength, outpaint)");
         }
     }
     return o;

@@ -8,6 +8,7 @@
 
 #include "sd/error.h"
 #include "io/fs_util.h"
+#include "io/sha256.h"
 #include "io/image_io.h"
 #include "io/lora_keys.h"
 #include "io/npy.h"
@@ -42,6 +43,24 @@ namespace {
 
 // Every LoRA the plan names exists, and its A1111 short hash is known (cached
 // by path: a stream plans each batch on its own).
+// The SHA-256 of each picture a prompt starts from (and its mask), for the PNG
+// text; each file read once per plan.
+void hash_pictures(RunPlan& plan) {
+    std::map<std::string, std::string> hashes;
+    auto hash_of = [&](const std::string& path, const std::string& what) {
+        auto it = hashes.find(path);
+        if (it != hashes.end()) return it->second;
+        check_regular_file(path, what);
+        return hashes.emplace(path, sha256_file_hex(path)).first->second;
+    };
+    for (auto& item : plan.items) {
+        InitImage& init = item.settings.init;
+        if (!init.active()) continue;
+        init.image_hash = hash_of(init.path, "--init-img");
+        if (!init.mask.empty()) init.mask_hash = hash_of(init.mask, "--mask");
+    }
+}
+
 void hash_loras(RunPlan& plan, std::map<std::string, std::string>& hashes) {
     for (auto& item : plan.items) {
         for (auto& l : item.settings.loras) {
@@ -67,6 +86,7 @@ std::vector<LoraUse> check_job_loras(const Txt2ImgJob& job) {
     RunPlan plan = plan_run(job);
     std::map<std::string, std::string> hashes;
     hash_loras(plan, hashes);
+    hash_pictures(plan);
     std::vector<LoraUse> used;
     for (const auto& item : plan.items)
         for (const auto& l : item.settings.loras)
@@ -373,6 +393,7 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
     RunPlan plan = plan_run(job);
     std::map<std::string, std::string> hashes;
     hash_loras(plan, hashes);
+    hash_pictures(plan);
     RunState st;
     if (job.seed_mode != SeedMode::per_image) pipeline.seed(job.seed);
     run_plan(pipeline, job, plan, events, st);
@@ -400,6 +421,7 @@ Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, Prom
         for (auto& b : plan.batches)
             for (auto& img : b.images) img.batch_number += batches;
         hash_loras(plan, hashes);
+        hash_pictures(plan);
         return plan;
     };
 

@@ -536,15 +536,18 @@ TEST(Trust, ThreadCountIsCapped) {
     expect_clean_failure(run(args), "--threads must be from 0 (one per core) to ");
 }
 
-// A prompt "file" without line ends (/dev/zero) stops at the line limit: its
-// memory does not grow with what it reads.
+// A prompt file without line ends stops at the line limit: its memory does not
+// grow with what it reads. /dev/zero is not even opened (a device, issue 32).
 TEST(Trust, EndlessPromptLineStopsAtTheLimit) {
     const std::string dir = sdtest::temp_dir();
     sdtest::write_text(dir + "/p.txt", "a cat\n");
     auto small = run({sdtest::cli(), "--model", good_model(), "--tokenize", "--from-file", dir + "/p.txt"});
     ASSERT_EQ(small.exit_code, 0) << small.err;
-    auto r = run({sdtest::cli(), "--model", good_model(), "--outdir", dir + "/out", "--from-file", "/dev/zero"});
-    expect_no_image(r, dir + "/out", "/dev/zero:1: line longer than 256 KiB");
+    sdtest::write_text(dir + "/long.txt", std::string(8u << 20, 'a'));
+    auto r = run({sdtest::cli(), "--model", good_model(), "--outdir", dir + "/out", "--from-file", dir + "/long.txt"});
+    expect_no_image(r, dir + "/out", "long.txt:1: line longer than 256 KiB");
+    auto zero = run({sdtest::cli(), "--model", good_model(), "--outdir", dir + "/out", "--from-file", "/dev/zero"});
+    expect_no_image(zero, dir + "/out", "prompt file /dev/zero is a device, not a regular file");
     EXPECT_LT(r.max_rss_kib - small.max_rss_kib, 16 * 1024) << "peak RSS " << r.max_rss_kib << " KiB against "
                                                             << small.max_rss_kib << " KiB for a one-line file";
 }
