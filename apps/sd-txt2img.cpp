@@ -451,6 +451,10 @@ void use_recorded_picture(const CLI::App& app, const std::string& path, const sd
     if (rec.outpaint && !given("--outpaint")) init.outpaint = *rec.outpaint;
     if (rec.resize_mode && !given("--resize-mode")) init.resize_mode = *rec.resize_mode;
     if (rec.masked_content && !given("--masked-content")) init.masked_content = *rec.masked_content;
+}
+
+// The warning above, once per PNG (before the model loads).
+void warn_changed_pictures(const std::string& path, const sd::RecordedImage& rec, const sd::InitImage& init) {
     auto compare = [&](const std::string& file, const std::string& flag, const std::string& recorded) {
         if (recorded.empty() || sd::file_sha256(file, flag) == recorded) return;
         std::cerr << "sd-txt2img: warning: " << path << " was made from another picture than " << flag << " " << file
@@ -528,7 +532,9 @@ void check_png_jobs(const CLI::App& app, const Flags& f) {
         const sd::RecordedImage& rec = f.recorded[i];
         std::vector<sd::LoraUse> loras;
         try {
-            loras = sd::check_job_loras(job_from_png(app, f, path, rec));
+            const sd::Txt2ImgJob job = job_from_png(app, f, path, rec);
+            warn_changed_pictures(path, rec, job.settings.init);
+            loras = sd::check_job_loras(job);
         } catch (const sd::Error& e) {
             const std::string what = e.what();
             throw sd::Error(what.rfind(path + ": ", 0) == 0 ? what : path + ": " + what);
