@@ -66,7 +66,7 @@ torch::jit::Module& LoadedStages::unet() { return load(unet_, config_.unet_path,
 torch::jit::Module& LoadedStages::vae_decoder() { return load(vae_decoder_, config_.vae_decoder_path, &times_.vae_load); }
 
 torch::jit::Module& LoadedStages::vae_encoder() {
-    return load(vae_encoder_, config_.vae_encoder_path, &times_.vae_load);
+    return load(vae_encoder_, config_.vae_encoder_path, &times_.encode_load);
 }
 
 void LoadedStages::release_text_encoders() {

@@ -202,7 +202,10 @@ UnetConditioning TorchPipeline::encode_text(const std::vector<std::string>& prom
 std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings& s, const MemoryPlan& plan) {
     if (!s.init.active()) return std::nullopt;
     const StageMeter meter(options_.measure_stages);
+    const double load_before = times_.encode_load;
+    const auto start = std::chrono::steady_clock::now();
     PictureStart p = sd::encode_picture(s, config_, *vae_, plan);
+    times_.last_encode = seconds_between(start, std::chrono::steady_clock::now()) - (times_.encode_load - load_before);
     if (plan.sequential) stages_->release_vae_encoder();
     meter.end(peaks_.encode, peaks_.encode_kept);
     return p;

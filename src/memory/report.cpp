@@ -19,6 +19,13 @@ std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, cons
     line("unet        ", plan.unet, m.unet, m.unet_kept);
     line("vae decoder ", plan.vae, m.vae, m.vae_kept);
     char buf[256];
+    // The encoder (--init-img) is measured, not yet predicted by the planner.
+    if (m.encode > 0 || t.encode_load > 0) {
+        std::snprintf(buf, sizeof buf, "  vae encoder peak: measured %s (kept %s), load %.2f s, last encode %.2f s\n",
+                      format_size(static_cast<double>(m.encode)).c_str(),
+                      format_size(static_cast<double>(m.encode_kept)).c_str(), t.encode_load, t.last_encode);
+        out += buf;
+    }
     std::snprintf(buf, sizeof buf,
                   "sd-txt2img: timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded "
                   "in %.2f s, start to first step %.2f s, last decode %.2f s\n",

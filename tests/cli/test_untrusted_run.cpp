@@ -30,50 +30,10 @@ namespace {
 constexpr int kLimitSeconds = 30;
 constexpr long kMaxRssKib = 300 * 1024;
 
-struct Bounded {
-    int exit_code = -1;
-    bool timed_out = false;
-    long max_rss_kib = 0;
-    std::string out, err;
-};
+using Bounded = sdtest::CmdResult;
 
 // argv run without a shell, killed after kLimitSeconds; its peak RSS from wait4.
-Bounded run_bounded(const std::vector<std::string>& argv) {
-    const std::string dir = sdtest::temp_dir();
-    const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
-    const pid_t pid = fork();
-    if (pid == 0) {
-        const int in = open("/dev/null", O_RDONLY);
-        const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(err, 2);
-        std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
-        execv(args[0], args.data());
-        _exit(127);
-    }
-    Bounded r;
-    int status = 0;
-    struct rusage usage {};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLimitSeconds);
-    while (wait4(pid, &status, WNOHANG, &usage) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            r.timed_out = true;
-            kill(pid, SIGKILL);
-            wait4(pid, &status, 0, &usage);
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    r.max_rss_kib = usage.ru_maxrss;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = sdtest::read_text(out_path);
-    r.err = sdtest::read_text(err_path);
-    return r;
-}
+Bounded run_bounded(const std::vector<std::string>& argv) { return sdtest::run(argv, "", kLimitSeconds); }
 
 // Every regular file under dir and its bytes.
 std::map<std::string, std::string> snapshot(const std::string& dir) {

@@ -1,57 +1,14 @@
 #include "bounded_run.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
-#include <thread>
 
 #include <gtest/gtest.h>
 
 namespace sdtest {
 
-BoundedResult run_bounded(const std::vector<std::string>& argv, int timeout_s) {
-    const std::string dir = temp_dir();
-    const std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
-    const pid_t pid = fork();
-    if (pid == 0) {
-        const int in = open("/dev/null", O_RDONLY);
-        const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(err, 2);
-        std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
-        execv(args[0], args.data());
-        _exit(127);
-    }
-    BoundedResult r;
-    int status = 0;
-    struct rusage usage {};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    for (;;) {
-        if (wait4(pid, &status, WNOHANG, &usage) == pid) break;
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(pid, SIGKILL);
-            wait4(pid, &status, 0, &usage);
-            r.timed_out = true;
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    r.max_rss_kib = usage.ru_maxrss;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = read_text(out_path);
-    r.err = read_text(err_path);
-    return r;
-}
+BoundedResult run_bounded(const std::vector<std::string>& argv, int timeout_s) { return run(argv, "", timeout_s); }
 
 std::map<std::string, std::string> folder_state(const std::string& dir) {
     namespace fs = std::filesystem;

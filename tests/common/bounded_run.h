@@ -12,9 +12,7 @@
 
 namespace sdtest {
 
-struct BoundedResult : CmdResult {
-    bool timed_out = false;
-};
+using BoundedResult = CmdResult;
 
 // Runs argv like run(), killing it (SIGKILL) after timeout_s seconds.
 // max_rss_kib is the child's peak RSS from wait4's rusage.

@@ -1,15 +1,21 @@
 #include "test_util.h"
 
+#include "sd/error.h"
+
+
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace sdtest {
 
@@ -76,7 +82,7 @@ std::vector<std::string> lines(const std::string& text) {
     return v;
 }
 
-CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_text) {
+CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_text, int timeout_s) {
     const std::string dir = temp_dir();
     const std::string in_path = dir + "/stdin", out_path = dir + "/stdout", err_path = dir + "/stderr";
     write_text(in_path, stdin_text);
@@ -94,15 +100,38 @@ CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_tex
         execv(args[0], args.data());
         _exit(127);
     }
+    CmdResult r;
     int status = 0;
     struct rusage usage {};
-    wait4(pid, &status, 0, &usage);
-    CmdResult r;
+    if (timeout_s <= 0) {
+        wait4(pid, &status, 0, &usage);
+    } else {
+        // A hang is a failure, not a wait: killed at the deadline.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+        while (wait4(pid, &status, WNOHANG, &usage) != pid) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                kill(pid, SIGKILL);
+                wait4(pid, &status, 0, &usage);
+                r.timed_out = true;
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
     r.max_rss_kib = usage.ru_maxrss;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = read_text(out_path);
     r.err = read_text(err_path);
     return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const sd::Error& e) {
+        return e.what();
+    }
+    return "";
 }
 
 }  // namespace sdtest

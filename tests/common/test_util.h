@@ -1,6 +1,7 @@
 // Helpers shared by the tests: paths from the environment CTest sets, running
 // the CLI, temporary folders.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,10 +16,12 @@ struct CmdResult {
     int exit_code = -1;
     std::string out, err;
     long max_rss_kib = 0;  // the process's peak resident memory (getrusage's ru_maxrss)
+    bool timed_out = false;  // killed (SIGKILL) at the time limit
 };
 
-// Runs argv (no shell) with stdout/stderr captured; optional stdin text.
-CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_text = "");
+// Runs argv (no shell) with stdout/stderr captured; optional stdin text; with
+// timeout_s > 0 it is killed after that many seconds (timed_out).
+CmdResult run(const std::vector<std::string>& argv, const std::string& stdin_text = "", int timeout_s = 0);
 
 // A fresh temporary folder, removed at process exit.
 std::string temp_dir();
@@ -26,5 +29,8 @@ std::string temp_dir();
 std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text);
 std::vector<std::string> lines(const std::string& text);
+
+// The message of the sd::Error that f throws ("" when it throws none).
+std::string error_of(const std::function<void()>& f);
 
 }  // namespace sdtest

@@ -11,23 +11,11 @@
 #include <string>
 
 #include "sd/error.h"
+#include "test_util.h"
 
 namespace {
 
-std::string temp_dir() {
-    char dir[] = "/tmp/sd-fs-util-XXXXXX";
-    EXPECT_NE(mkdtemp(dir), nullptr);
-    return dir;
-}
-
-std::string message_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const sd::Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using sdtest::temp_dir;
 
 TEST(FsUtil, RegularFileGivesItsSize) {
     const std::string d = temp_dir(), f = d + "/a.txt";
@@ -41,19 +29,19 @@ TEST(FsUtil, RefusesSpecialFilesNamingThem) {
     const std::string fifo = d + "/y.safetensors";
     ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
     // Would block forever if it opened the FIFO.
-    EXPECT_NE(message_of([&] { sd::read_file_capped(fifo, 100, "--embedding"); }).find("--embedding " + fifo + " is a FIFO"),
+    EXPECT_NE(sdtest::error_of([&] { sd::read_file_capped(fifo, 100, "--embedding"); }).find("--embedding " + fifo + " is a FIFO"),
               std::string::npos);
     const std::string link = d + "/x.safetensors";
     ASSERT_EQ(symlink("/dev/zero", link.c_str()), 0);
-    EXPECT_NE(message_of([&] { sd::check_regular_file(link, "--lora"); }).find("is a device"), std::string::npos);
-    EXPECT_NE(message_of([&] { sd::check_regular_file(d, "--from-png"); }).find("is a folder"), std::string::npos);
-    EXPECT_NE(message_of([&] { sd::check_regular_file(d + "/none", "--vae"); }).find("does not exist"), std::string::npos);
+    EXPECT_NE(sdtest::error_of([&] { sd::check_regular_file(link, "--lora"); }).find("is a device"), std::string::npos);
+    EXPECT_NE(sdtest::error_of([&] { sd::check_regular_file(d, "--from-png"); }).find("is a folder"), std::string::npos);
+    EXPECT_NE(sdtest::error_of([&] { sd::check_regular_file(d + "/none", "--vae"); }).find("does not exist"), std::string::npos);
 }
 
 TEST(FsUtil, RefusesFilesOverTheCap) {
     const std::string d = temp_dir(), f = d + "/big.png";
     std::ofstream(f) << std::string(1000, 'x');
-    const std::string m = message_of([&] { sd::read_file_capped(f, 999, "--from-png"); });
+    const std::string m = sdtest::error_of([&] { sd::read_file_capped(f, 999, "--from-png"); });
     EXPECT_NE(m.find("--from-png " + f + " is 1000 bytes, more than the 999"), std::string::npos) << m;
 }
 

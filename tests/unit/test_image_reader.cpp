@@ -45,16 +45,7 @@ std::vector<Expected> expected_list() {
 
 bool is_jpeg(const std::string& name) { return name.size() > 4 && name.substr(name.size() - 4) == ".jpg"; }
 
-// The message of the sd::Error that f throws ("" if none).
-template <class F>
-std::string error_of(F f) {
-    try {
-        f();
-    } catch (const sd::Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using sdtest::error_of;
 
 TEST(ImageReader, PngAndBmpConvertExactlyAsPil) {
     const auto list = expected_list();

@@ -17,15 +17,7 @@ namespace {
 
 std::vector<float> floats(const sd::NpyArray& a) { return std::vector<float>(a.as<float>(), a.as<float>() + a.numel()); }
 
-template <class F>
-std::string error_of(F f) {
-    try {
-        f();
-    } catch (const sd::Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using sdtest::error_of;
 
 sd::Image gradient(int w, int h) {
     sd::Image img{w, h, std::vector<uint8_t>(static_cast<size_t>(w) * h * 3)};

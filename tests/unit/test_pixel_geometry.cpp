@@ -20,15 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <class F>
-std::string error_of(F f) {
-    try {
-        f();
-    } catch (const sd::Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using sdtest::error_of;
 
 const uint8_t* px(const sd::Image& img, int x, int y) { return &img.rgb[(static_cast<size_t>(y) * img.width + x) * 3]; }
 bool same_px(const sd::Image& a, int ax, int ay, const sd::Image& b, int bx, int by) {

@@ -19,14 +19,7 @@ namespace {
 
 const std::string kSettings = "Steps: 2, Sampler: DDIM, CFG scale: 7.5, Seed: 1, Size: 64x64, Model: m";
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const sd::Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using sdtest::error_of;
 
 }  // namespace
 

@@ -109,10 +109,11 @@ class DecoderMid(nn.Module):
         return self.block_2(self.attn_1(self.block_1(x)))
 
 
-class DecoderLevel(nn.Module):
-    """decoder.up.{i}: ResnetBlocks, each followed by an AttnBlock where the level has attention."""
+class VAELevel(nn.Module):
+    """One resolution of the VAE's encoder or decoder: ResnetBlocks, each followed by an
+    AttnBlock where the level has attention. The subclasses add the resampling conv."""
 
-    def __init__(self, in_channels: int, out_channels: int, num_blocks: int, with_attn: bool, with_upsample: bool):
+    def __init__(self, in_channels: int, out_channels: int, num_blocks: int, with_attn: bool):
         super().__init__()
         self.block = nn.ModuleList()
         self.attn = nn.ModuleList()
@@ -121,9 +122,8 @@ class DecoderLevel(nn.Module):
             in_channels = out_channels
             if with_attn:
                 self.attn.append(AttnBlock(out_channels))
-        self.upsample = VAEUpsample(out_channels) if with_upsample else nn.Identity()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def blocks(self, x: torch.Tensor) -> torch.Tensor:
         # attn[i] follows block[i]; TorchScript cannot index a ModuleList with a
         # loop variable, so the (unrolled) inner loop picks the matching one.
         i = 0
@@ -135,7 +135,18 @@ class DecoderLevel(nn.Module):
                     x = attn(x)
                 j += 1
             i += 1
-        return self.upsample(x)
+        return x
+
+
+class DecoderLevel(VAELevel):
+    """decoder.up.{i}: the level's blocks, then the upsampling conv except at the finest level."""
+
+    def __init__(self, in_channels: int, out_channels: int, num_blocks: int, with_attn: bool, with_upsample: bool):
+        super().__init__(in_channels, out_channels, num_blocks, with_attn)
+        self.upsample = VAEUpsample(out_channels) if with_upsample else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.upsample(self.blocks(x))
 
 
 class Decoder(nn.Module):
@@ -196,33 +207,15 @@ class VAEDownsample(nn.Module):
         return self.conv(F.pad(x, [0, 1, 0, 1], mode="constant", value=0.0))
 
 
-class EncoderLevel(nn.Module):
-    """encoder.down.{i}: ResnetBlocks (each followed by an AttnBlock where the level has
-    attention), then the downsampling conv except at the coarsest level."""
+class EncoderLevel(VAELevel):
+    """encoder.down.{i}: the level's blocks, then the downsampling conv except at the coarsest level."""
 
     def __init__(self, in_channels: int, out_channels: int, num_blocks: int, with_attn: bool, with_downsample: bool):
-        super().__init__()
-        self.block = nn.ModuleList()
-        self.attn = nn.ModuleList()
-        for _ in range(num_blocks):
-            self.block.append(ResnetBlock(in_channels, out_channels))
-            in_channels = out_channels
-            if with_attn:
-                self.attn.append(AttnBlock(out_channels))
+        super().__init__(in_channels, out_channels, num_blocks, with_attn)
         self.downsample = VAEDownsample(out_channels) if with_downsample else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # As DecoderLevel: attn[i] follows block[i], found by the unrolled inner loop.
-        i = 0
-        for block in self.block:
-            x = block(x)
-            j = 0
-            for attn in self.attn:
-                if j == i:
-                    x = attn(x)
-                j += 1
-            i += 1
-        return self.downsample(x)
+        return self.downsample(self.blocks(x))
 
 
 class Encoder(nn.Module):
