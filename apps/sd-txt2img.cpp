@@ -21,14 +21,14 @@
 #include "sd/engine.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
+#include "sd/loras.h"
 #include "sd/model_hash.h"
 #include "sd/progress.h"
-#include "sd/records.h"
 #include "sd/prompts.h"
+#include "sd/records.h"
 #include "sd/tokenizer.h"
 #include "sd/txt2img.h"
 #include "sd/value_rules.h"
-#include "sd/loras.h"
 #include "sd/version.h"
 
 #ifndef SD_DEFAULT_MODEL_DIR
@@ -102,7 +102,6 @@ std::string model_name(const sd::ModelConfig& cfg, const std::string& model_dir)
     return name;
 }
 
-
 // Numbers from flags follow the same rules as those from JSONL lines (value_rules.h).
 void check_numeric_flags(const CLI::App& app, const sd::Txt2ImgJob& job, int batch_size, int threads) {
     sd::check_whole("--steps", job.settings.steps, sd::kStepsRange);
@@ -139,7 +138,8 @@ struct Flags {
     std::string model_dir = SD_DEFAULT_MODEL_DIR;
     std::string prompt, from_file, outdir = "outputs/txt2img-samples", save_latents, shard;
     std::string sampler = sd::default_sampler(), seed = "42", seed_mode = "compvis", prompt_syntax = "a1111";
-    bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false, version = false;
+    bool plms = false, tokenize = false, quiet = false, json = false, show_plan = false, verbose = false,
+         version = false;
     std::vector<std::string> from_png;
     std::vector<sd::RecordedImage> recorded;  // what each --from-png file records, read before the model loads
     bool ignore_hash_mismatch = false;
@@ -163,8 +163,9 @@ void add_flags(CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     app.add_option("--model", f.model_dir, "exported model folder (scripts/export_model.py)");
     app.add_option("--prompt", f.prompt, "the prompt");
-    app.add_option("--from-file", f.from_file,
-                   "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
+    app.add_option(
+        "--from-file", f.from_file,
+        "prompts from a file: one a line, or .jsonl objects with \"prompt\" and per-line settings; - for stdin");
     app.add_option("--prompt-syntax", f.prompt_syntax,
                    "a1111: (weights), [less], BREAK and prompts over 75 tokens in more windows; "
                    "plain: CompVis exactly (plain text, cut at 77 tokens)")
@@ -175,7 +176,8 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--ignore-hash-mismatch", f.ignore_hash_mismatch,
                  "--from-png: remake even when a LoRA or embedding file differs from the one the PNG recorded (its "
                  "Lora hashes / TI hashes), with a warning; without it such a PNG is refused");
-    app.add_option("--negative-prompt", job.negative_prompt, "what the image should not show (replaces the unconditional \"\")");
+    app.add_option("--negative-prompt", job.negative_prompt,
+                   "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
     app.add_option("--seed", f.seed,
                    "seed, 0 to 18446744073709551615, or -1 for a random one (recorded; refused with --shard, "
@@ -184,8 +186,10 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--seed-mode", f.seed_mode,
                    "compvis: one generator for the run; per-image: image i gets its own generator seeded seed + i")
         ->capture_default_str();
-    app.add_option("--H", job.settings.height, "image height in pixels (default: the size the model was trained at, else 512)");
-    app.add_option("--W", job.settings.width, "image width in pixels (default: the size the model was trained at, else 512)");
+    app.add_option("--H", job.settings.height,
+                   "image height in pixels (default: the size the model was trained at, else 512)");
+    app.add_option("--W", job.settings.width,
+                   "image width in pixels (default: the size the model was trained at, else 512)");
     app.add_option("--scale", job.settings.scale, "classifier-free guidance scale (default: the model's, else 7.5)");
     app.add_option("--init-img", job.settings.init.path,
                    "start from this picture (PNG, JPEG or BMP): img2img; with --mask or --outpaint, inpainting");
@@ -212,37 +216,48 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
     app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
-    app.add_option("--schedule", job.settings.schedule, "k-diffusion samplers' sigmas: default or karras, or diffusers' schedulers: leading, or trailing for euler and euler_a (the Turbo recipe); PLMS/DDIM timesteps: default (CompVis), leading or trailing (any --steps); lcm: default only")->capture_default_str();
+    app.add_option("--schedule", job.settings.schedule,
+                   "k-diffusion samplers' sigmas: default or karras, or diffusers' schedulers: leading, or trailing "
+                   "for euler and euler_a (the Turbo recipe); PLMS/DDIM timesteps: default (CompVis), leading or "
+                   "trailing (any --steps); lcm: default only")
+        ->capture_default_str();
     app.add_flag("--plms", f.plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
     app.add_option("--outdir", f.outdir, "output folder")->capture_default_str();
     app.add_option("--name", job.name_pattern,
                    "file name pattern with {index} {seed} {prompt} (default: 00000.png, ... after existing files)");
     app.add_flag("--grid", job.grid, "also write a grid of the run's images (grid-0000.png)");
-    app.add_flag("--skip-existing", job.skip_existing, "resume: leave images whose file exists (needs --seed-mode per-image)");
+    app.add_flag("--skip-existing", job.skip_existing,
+                 "resume: leave images whose file exists (needs --seed-mode per-image)");
     app.add_option("--shard", f.shard,
                    "K/N: only prompts number p with p % N == K (needs --seed-mode per-image); auto: K and N from "
                    "Slurm's SLURM_ARRAY_TASK_ID/_COUNT or JOB_COMPLETION_INDEX with SD_SHARD_COUNT");
-    app.add_option("--manifest", f.manifest,
-                   "append one JSON line per written image (index, prompt, seed, parameters, model hash, path, status); "
-                   "an existing file must be such a manifest, and it must not be a .png in --outdir");
+    app.add_option(
+        "--manifest", f.manifest,
+        "append one JSON line per written image (index, prompt, seed, parameters, model hash, path, status); "
+        "an existing file must be such a manifest, and it must not be a .png in --outdir");
     app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
     // Memory: see docs/memory.md and docs/cli.md. Unset choices are left to the planner.
     app.add_option("--attention", f.attention, "auto, fused, full, per-head or chunked[:N]")->capture_default_str();
     app.add_option("--max-memory", f.max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
-    app.add_option("--prepack", f.prepack,
-                   "auto or on: convolution weights in oneDNN's layout from load on (fp32 on a CPU); off: as in the file")
+    app.add_option(
+           "--prepack", f.prepack,
+           "auto or on: convolution weights in oneDNN's layout from load on (fp32 on a CPU); off: as in the file")
         ->capture_default_str();
-    app.add_option("--sequential-load", f.sequential_load, "auto, on (one stage in memory at a time) or off")->capture_default_str();
+    app.add_option("--sequential-load", f.sequential_load, "auto, on (one stage in memory at a time) or off")
+        ->capture_default_str();
     app.add_option("--batch-size", f.batch_size, "images per UNet pass (default: the planner decides)");
-    app.add_option("--vae-tiling", f.vae_tiling, "auto, on, off, or a tile edge in latent pixels")->capture_default_str();
+    app.add_option("--vae-tiling", f.vae_tiling, "auto, on, off, or a tile edge in latent pixels")
+        ->capture_default_str();
     app.add_option("--device", f.device, "auto (cuda if available), cpu, cuda or cuda:N")->capture_default_str();
-    app.add_option("--precision", f.precision, "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
+    app.add_option("--precision", f.precision,
+                   "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
         ->capture_default_str();
     app.add_option("--weights", f.weights, "how the UNet and VAE weights are held: auto (as computed), fp32 or fp16")
         ->capture_default_str();
     app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
-    app.add_flag("--verbose", f.verbose, "after the run, print predicted vs measured peak memory per stage and load times");
+    app.add_flag("--verbose", f.verbose,
+                 "after the run, print predicted vs measured peak memory per stage and load times");
     app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
     // Text add-ons (issue 19): clip skip and textual-inversion embeddings.
     app.add_option("--clip-skip", f.job.settings.clip_skip,
@@ -252,13 +267,15 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--embedding", f.embeddings,
                    "a textual-inversion embedding (.safetensors, .pt, .bin); its trigger word is the file name without "
                    "extension (diffusers' learned_embeds: its token); repeatable");
-    app.add_option("--embeddings-dir", f.embeddings_dir, "load every embedding file in this folder (A1111's embeddings folder)");
+    app.add_option("--embeddings-dir", f.embeddings_dir,
+                   "load every embedding file in this folder (A1111's embeddings folder)");
     // Decoders and VAE weights at run time (docs/community-models.md "TAESD and a standalone VAE").
     app.add_option("--vae-decoder", f.vae_decoder,
                    "taesd:FILE: decode with TAESD (taesd_decoder.pth / .safetensors, or a diffusers AutoencoderTiny "
                    "folder) instead of the model's VAE: much faster, slightly less detail");
-    app.add_option("--preview", f.preview,
-                   "every N sampler steps, write a TAESD preview of each image to OUTDIR/previews (its path on stderr)");
+    app.add_option(
+        "--preview", f.preview,
+        "every N sampler steps, write a TAESD preview of each image to OUTDIR/previews (its path on stderr)");
     app.add_option("--preview-decoder", f.preview_decoder,
                    "taesd:FILE for --preview (default: the --vae-decoder TAESD)");
     app.add_option("--vae", f.vae,
@@ -268,12 +285,14 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--quiet,-q", f.quiet, "no progress on stderr");
     app.add_flag("--version", f.version, "print the version and the LibTorch it was built with, and exit");
     // LoRA: merged into the text encoder and UNet at load (docs/community-models.md "LoRA").
-    app.add_option("--lora", f.loras, "merge a LoRA .safetensors: FILE[:WEIGHT] (repeatable, in order; weight 1 by default)");
+    app.add_option("--lora", f.loras,
+                   "merge a LoRA .safetensors: FILE[:WEIGHT] (repeatable, in order; weight 1 by default)");
     app.add_option("--lora-dir", job.lora_dir, "folder where a prompt's <lora:NAME:WEIGHT> tag finds NAME.safetensors");
     // SDXL's size conditioning (docs/export.md "SDXL").
     app.add_option("--original-size", f.original_size,
                    "SDXL: the size the picture is said to come from, WIDTHxHEIGHT (default: the image size)");
-    app.add_option("--crop-coords", f.crop_coords, "SDXL: the crop's top-left corner, TOP,LEFT in pixels (default: 0,0)");
+    app.add_option("--crop-coords", f.crop_coords,
+                   "SDXL: the crop's top-left corner, TOP,LEFT in pixels (default: 0,0)");
     app.add_option("--target-size", f.target_size, "SDXL: the target size, WIDTHxHEIGHT (default: the image size)");
 }
 
@@ -337,10 +356,11 @@ void settle_job(const CLI::App& app, Flags& f) {
     if (f.seed == "-1") {
         // Shards run in separate processes and a resumed run is a new one: each would draw its own
         // seed, and the images would not add up to one run. One fixed seed for the whole set is needed.
-        const char* set = !f.shard.empty()                                           ? "--shard"
-                          : f.job.skip_existing                                      ? "--skip-existing"
-                          : !f.manifest.empty() && sd::manifest_has_records(f.manifest) ? "a --manifest that holds lines"
-                                                                                       : nullptr;
+        const char* set = !f.shard.empty()      ? "--shard"
+                          : f.job.skip_existing ? "--skip-existing"
+                          : !f.manifest.empty() && sd::manifest_has_records(f.manifest)
+                              ? "a --manifest that holds lines"
+                              : nullptr;
         if (set)
             throw sd::Error(std::string("--seed -1 draws a new seed in every process, which breaks ") + set +
                             " (the runs must make one set): give a fixed --seed");
@@ -352,9 +372,12 @@ void settle_job(const CLI::App& app, Flags& f) {
         job.seed = sd::parse_seed("--seed", f.seed);
     }
     check_numeric_flags(app, job, f.batch_size, f.threads);
-    if (f.seed_mode == "compvis") job.seed_mode = sd::SeedMode::compvis;
-    else if (f.seed_mode == "per-image") job.seed_mode = sd::SeedMode::per_image;
-    else throw sd::Error("--seed-mode must be compvis or per-image, got \"" + f.seed_mode + "\"");
+    if (f.seed_mode == "compvis")
+        job.seed_mode = sd::SeedMode::compvis;
+    else if (f.seed_mode == "per-image")
+        job.seed_mode = sd::SeedMode::per_image;
+    else
+        throw sd::Error("--seed-mode must be compvis or per-image, got \"" + f.seed_mode + "\"");
     if (!f.shard.empty()) job.shard = sd::parse_shard(f.shard);
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
@@ -414,7 +437,8 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
         if (!app.count("--W")) job.settings.width = w;
         if (!app.count("--H")) job.settings.height = h;
     }
-    if (pipeline.config().guidance_scale > 0 && !app.count("--scale")) job.settings.scale = pipeline.config().guidance_scale;
+    if (pipeline.config().guidance_scale > 0 && !app.count("--scale"))
+        job.settings.scale = pipeline.config().guidance_scale;
     // The model's recorded sampler recipe (model.json default_*): its steps and
     // schedule belong to its sampler, so they apply only when --sampler does too.
     const sd::ModelConfig& c = pipeline.config();
@@ -436,11 +460,13 @@ void read_recorded_images(Flags& f) {
 // picture, which it does not hold: --init-img (and --mask) must give it. A file
 // whose SHA-256 differs from the recorded one gives a warning: a picture the
 // user edited since is a thing to remake on purpose.
-void use_recorded_picture(const CLI::App& app, const std::string& path, const sd::RecordedImage& rec, sd::InitImage& init) {
+void use_recorded_picture(const CLI::App& app, const std::string& path, const sd::RecordedImage& rec,
+                          sd::InitImage& init) {
     auto given = [&](const char* flag) { return app.count(flag) > 0; };
     if (!rec.strength) return;
     if (!given("--init-img"))
-        throw sd::Error(path + ": this image was made from a picture (img2img" + (rec.mask_hash.empty() ? "" : ", inpainted") +
+        throw sd::Error(path + ": this image was made from a picture (img2img" +
+                        (rec.mask_hash.empty() ? "" : ", inpainted") +
                         "), which a PNG does not hold: give it with --init-img FILE" +
                         (rec.mask_hash.empty() ? "" : " and its mask with --mask FILE"));
     if (!rec.mask_hash.empty() && !given("--mask"))
@@ -465,7 +491,8 @@ void warn_changed_pictures(const std::string& path, const sd::RecordedImage& rec
 }
 
 // The job that remakes the image a PNG records: its settings, except those the flags give.
-sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::string& path, const sd::RecordedImage& rec) {
+sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::string& path,
+                            const sd::RecordedImage& rec) {
     auto given = [&](const char* flag) { return app.count(flag) > 0; };
     sd::Txt2ImgJob job = f.job;
     sd::PromptLine line;
@@ -506,8 +533,8 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
         }
         job.keep_position = rec.batch_position.value_or(0);
         if (*job.keep_position >= job.n_samples)
-            throw sd::Error(path + ": batch position " + std::to_string(*job.keep_position) + " is not within --n_samples " +
-                            std::to_string(job.n_samples));
+            throw sd::Error(path + ": batch position " + std::to_string(*job.keep_position) +
+                            " is not within --n_samples " + std::to_string(job.n_samples));
     }
     use_recorded_picture(app, path, rec, job.settings.init);
     return job;
@@ -517,7 +544,8 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
 // or under --ignore-hash-mismatch a warning.
 void hash_mismatch(const Flags& f, const std::string& png, const std::string& file, const std::string& recorded,
                    const std::string& now) {
-    const std::string m = png + " records " + file + " with hash " + sd::text_excerpt(recorded) + ", but the file's hash is now " + now;
+    const std::string m =
+        png + " records " + file + " with hash " + sd::text_excerpt(recorded) + ", but the file's hash is now " + now;
     if (!f.ignore_hash_mismatch)
         throw sd::Error(m + ": the remake would differ (--ignore-hash-mismatch remakes it anyway)");
     // A warning, not a note: shown with --quiet too, which silences progress.
@@ -550,18 +578,21 @@ void check_png_jobs(const CLI::App& app, const Flags& f) {
 void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, const Flags& f, const std::string& path,
                              const sd::RecordedImage& rec, const sd::Txt2ImgJob& job) {
     if (!rec.model.empty() && rec.model != job.model_name && !f.quiet)
-        std::cerr << "sd-txt2img: note: " << path << " was made with model " << sd::text_excerpt(rec.model) << ", remaking it with "
-                  << job.model_name << std::endl;
+        std::cerr << "sd-txt2img: note: " << path << " was made with model " << sd::text_excerpt(rec.model)
+                  << ", remaking it with " << job.model_name << std::endl;
     std::vector<std::string> missing;  // "TI hashes": an embedding not loaded changes the image
     for (const auto& h : rec.embeddings) {
         const auto e = std::find_if(job.embeddings.begin(), job.embeddings.end(),
                                     [&](const sd::EmbeddingInfo& x) { return x.trigger == h.name; });
-        if (e == job.embeddings.end()) missing.push_back(h.name);
-        else if (e->hash != h.hash) hash_mismatch(f, path, "the embedding " + e->path, h.hash, e->hash);
+        if (e == job.embeddings.end())
+            missing.push_back(h.name);
+        else if (e->hash != h.hash)
+            hash_mismatch(f, path, "the embedding " + e->path, h.hash, e->hash);
     }
     if (!missing.empty() && !f.quiet) {
         std::string names;
-        for (size_t k = 0; k < missing.size() && k < 3; ++k) names += (k ? ", \"" : "\"") + sd::text_excerpt(missing[k]) + "\"";
+        for (size_t k = 0; k < missing.size() && k < 3; ++k)
+            names += (k ? ", \"" : "\"") + sd::text_excerpt(missing[k]) + "\"";
         if (missing.size() > 3) names += " and " + std::to_string(missing.size() - 3) + " more";
         std::cerr << "sd-txt2img: note: " << path << " was made with the embedding" << (missing.size() > 1 ? "s " : " ")
                   << names << (missing.size() > 1 ? ", which are" : ", which is")
@@ -577,7 +608,8 @@ void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, 
 }
 
 // The run itself: images to stdout as they are written, progress and notes to stderr.
-int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, sd::ProgressDisplay& progress, int& written) {
+int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, sd::ProgressDisplay& progress,
+             int& written) {
     if (pipeline.compute().device == "cpu" && pipeline.compute().precision == "bf16")
         std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
                   << std::endl;
@@ -594,7 +626,8 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
         progress.clear();
         ++written;  // the image is on disk whatever happens to its line
         if (manifest.is_open()) {
-            manifest << sd::manifest_record_json(r, model_hash, std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n))
+            manifest << sd::manifest_record_json(r, model_hash,
+                                                 std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n))
                      << '\n';
             manifest.flush();
             if (!manifest) throw sd::RunFailure("cannot write to --manifest " + f.manifest);
@@ -623,15 +656,17 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
 
     std::optional<sd::PromptReader> stream;
     if (streams_stdin(f)) stream.emplace("-");
-    const auto result = stream ? sd::run_txt2img_stream(pipeline, job, *stream, events) : sd::run_txt2img(pipeline, job, events);
+    const auto result =
+        stream ? sd::run_txt2img_stream(pipeline, job, *stream, events) : sd::run_txt2img(pipeline, job, events);
     progress.clear();
     if (f.verbose)
         std::cerr << sd::measurement_report(pipeline.plan(job.settings, job.n_samples), pipeline.measured(),
                                             pipeline.timings(), pipeline.compute().device != "cpu");
     if (!result.interrupted) return 0;
     std::cerr << "sd-txt2img: interrupted: " << written << " of " << result.planned << " images written"
-              << (job.skip_existing || job.seed_mode == sd::SeedMode::per_image ? "; run again with --skip-existing to finish"
-                                                                               : "")
+              << (job.skip_existing || job.seed_mode == sd::SeedMode::per_image
+                      ? "; run again with --skip-existing to finish"
+                      : "")
               << std::endl;
     return kExitInterrupted;
 }

@@ -31,7 +31,7 @@ struct RecordedImage {
     std::optional<std::string> seed_mode;      // compvis | per-image
     std::optional<std::string> prompt_syntax;  // plain when recorded; a1111 otherwise
     std::optional<int> index, batch_size, batch_position, batch_number;
-    std::optional<int> clip_skip;  // "Clip skip" (A1111's numbering)
+    std::optional<int> clip_skip;          // "Clip skip" (A1111's numbering)
     std::vector<RecordedHash> embeddings;  // "TI hashes": trigger word and A1111's short hash
     std::vector<RecordedHash> loras;       // "Lora hashes": tag name and A1111's short hash
     std::string model, version;

@@ -27,7 +27,8 @@ struct StageTimes {
     double first_text_encode = 0;
     double start_to_first_step = 0;
     double last_decode = 0;
-    double encode_load = 0, last_encode = 0;  // the VAE encoder (--init-img): loading, the last batch's encode              // the last batch's VAE (or TAESD) decode, without loading
+    double encode_load = 0, last_encode = 0;  // the VAE encoder (--init-img): loading, the last batch's encode // the
+                                              // last batch's VAE (or TAESD) decode, without loading
 };
 
 }  // namespace sd

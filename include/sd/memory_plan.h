@@ -23,7 +23,6 @@ struct AttentionSetting {
 // Parses "fused", "full", "per-head", "chunked" or "chunked:N"; throws sd::Error otherwise.
 AttentionSetting parse_attention(const std::string& text);
 
-
 // "4G", "4.5GiB", "3500M", "800MB", "123456" (bytes). Throws sd::Error.
 double parse_size(const std::string& text);
 std::string format_size(double bytes);  // "3.42 GiB"
@@ -62,20 +61,21 @@ struct MemoryPlan {
     // stage's working set.
     double block_cache = 0;
     // Set by every plan (results change only by float rounding):
-    int ff_chunk = 0;          // feed-forward tokens per call, 0 = all
-    int64_t conv_split = 0;    // conv weight bytes per call, 0 = whole weight
-    double base = 0;   // the process before any stage is loaded
+    int ff_chunk = 0;        // feed-forward tokens per call, 0 = all
+    int64_t conv_split = 0;  // conv weight bytes per call, 0 = whole weight
+    double base = 0;         // the process before any stage is loaded
     double budget = 0;
     StagePrediction text, unet, vae;
-    bool taesd = false;  // a TAESD decodes instead of the VAE: no tiles, no attention
-    double peak() const;                  // predicted peak of the whole run
-    std::string attention_name() const;   // "chunked:256", ...
-    std::string describe() const;         // the --plan table
+    bool taesd = false;                  // a TAESD decodes instead of the VAE: no tiles, no attention
+    double peak() const;                 // predicted peak of the whole run
+    std::string attention_name() const;  // "chunked:256", ...
+    std::string describe() const;        // the --plan table
 };
 
 // The --verbose report (stderr lines): the plan, then predicted against
 // measured peak of each stage, load times and the allocator's block reuse.
 // On a GPU the prediction is of device memory, which host RSS does not see.
-std::string measurement_report(const MemoryPlan& plan, const StagePeaks& measured, const StageTimes& times, bool on_gpu);
+std::string measurement_report(const MemoryPlan& plan, const StagePeaks& measured, const StageTimes& times,
+                               bool on_gpu);
 
 }  // namespace sd

@@ -19,7 +19,7 @@ struct ModelConfig {
     int unet_in_channels = 4;
     int downsample_factor = 8;
     int size_multiple = 64;
-    int image_size = 0;  // picture edge the model was trained at (model.json "image_size"); 0: not known
+    int image_size = 0;         // picture edge the model was trained at (model.json "image_size"); 0: not known
     double guidance_scale = 0;  // the scale the model is meant for (model.json "guidance_scale"); 0: not known
     int context_length = 77;
     int context_dim = 768;

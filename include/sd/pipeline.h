@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "sd/image.h"
-#include "sd/memory_plan.h"
 #include "sd/measurements.h"
+#include "sd/memory_plan.h"
 #include "sd/model_config.h"
 #include "sd/settings.h"
 
@@ -25,7 +25,7 @@ using PreviewFn = std::function<void(int step, int total, const std::vector<Imag
 
 struct BatchOutput {
     std::vector<Image> images;
-    std::vector<float> latents;          // final latents of the batch, [n, C, h, w]
+    std::vector<float> latents;  // final latents of the batch, [n, C, h, w]
     std::vector<int64_t> latent_shape;
 };
 

@@ -7,12 +7,12 @@
 namespace sd {
 
 struct ProgressInfo {
-    int first_image = 1;   // 1-based number, among this run's images, of the batch's first image
-    int batch_images = 1;  // images in the batch being sampled
-    int total_images = 1;  // images this run generates
-    int step = 0, steps = 0;       // sampler step just finished, of steps
-    double seconds_per_step = 0;   // of the batch's last step
-    double eta_seconds = -1;       // for the whole run; < 0 when not known yet
+    int first_image = 1;          // 1-based number, among this run's images, of the batch's first image
+    int batch_images = 1;         // images in the batch being sampled
+    int total_images = 1;         // images this run generates
+    int step = 0, steps = 0;      // sampler step just finished, of steps
+    double seconds_per_step = 0;  // of the batch's last step
+    double eta_seconds = -1;      // for the whole run; < 0 when not known yet
 };
 
 // "1h02m", "4m05s", "12s".

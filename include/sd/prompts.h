@@ -75,8 +75,8 @@ private:
     std::istream* in_ = nullptr;
     std::string name_;
     bool jsonl_ = false;
-    int number_ = 0;       // lines read
-    size_t prompts_ = 0;   // prompts returned
+    int number_ = 0;      // lines read
+    size_t prompts_ = 0;  // prompts returned
 };
 
 // Same parsing from text already read; `name` is used in error messages.
@@ -85,6 +85,5 @@ std::vector<PromptLine> parse_prompts(const std::string& text, const std::string
 // Throws sd::Error "<what>: ..." when text is not valid UTF-8, contains NUL or
 // is longer than kMaxPromptBytes.
 void check_prompt_text(const std::string& text, const std::string& what);
-
 
 }  // namespace sd

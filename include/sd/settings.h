@@ -13,19 +13,19 @@ namespace sd {
 
 struct PipelineOptions {
     std::string model_dir;
-    std::string attention = "auto";      // auto | fused | full | per-head | chunked[:N]
+    std::string attention = "auto";  // auto | fused | full | per-head | chunked[:N]
     // Convolution weights in oneDNN's layout from load on (fp32 on the CPU;
     // stage_loader.h prepack_convolutions). Off: the file's dense layout.
     // Unset: on unless the memory budget needs the room (the planner decides).
     std::optional<bool> prepack;
-    int threads = 0;                     // 0: one per core
-    double max_memory = 0;               // bytes; 0: what the machine has available
-    std::optional<bool> sequential;      // unset: the planner decides
-    std::optional<int> batch_size;       // images per UNet pass; unset: the planner decides
-    std::optional<int> vae_tile;         // latent tile edge for the VAE, 0: whole image; unset: the planner decides
-    std::string device = "auto";         // auto (cuda if available, else cpu) | cpu | cuda | cuda:N
-    std::string precision = "auto";      // UNet and VAE compute: auto (cuda fp16, cpu fp32) | fp32 | fp16 | bf16
-    std::string weights = "auto";        // UNet and VAE weights held as: auto (the compute dtype) | fp32 | fp16
+    int threads = 0;                 // 0: one per core
+    double max_memory = 0;           // bytes; 0: what the machine has available
+    std::optional<bool> sequential;  // unset: the planner decides
+    std::optional<int> batch_size;   // images per UNet pass; unset: the planner decides
+    std::optional<int> vae_tile;     // latent tile edge for the VAE, 0: whole image; unset: the planner decides
+    std::string device = "auto";     // auto (cuda if available, else cpu) | cpu | cuda | cuda:N
+    std::string precision = "auto";  // UNet and VAE compute: auto (cuda fp16, cpu fp32) | fp32 | fp16 | bf16
+    std::string weights = "auto";    // UNet and VAE weights held as: auto (the compute dtype) | fp32 | fp16
     // Measure each stage's peak (resets the kernel's peak counter, so the
     // process-wide peak that /usr/bin/time reports then covers only the last stage).
     bool measure_stages = false;
@@ -50,11 +50,11 @@ struct EmbeddingInfo {
 // prompt's <lora:NAME:W> / <lora:NAME:TE:UNET> tag found in --lora-dir).
 struct LoraUse {
     std::string path;
-    std::string name;                    // the file's name without .safetensors (the tag's NAME)
+    std::string name;  // the file's name without .safetensors (the tag's NAME)
     double text_weight = 1, unet_weight = 1;
-    bool from_tag = false;               // named in the prompt (else by --lora)
-    std::string where;                   // "--lora" or "FILE:LINE" / "--prompt", for messages
-    std::string hash;                    // A1111's short hash (PNG text), filled by the run
+    bool from_tag = false;  // named in the prompt (else by --lora)
+    std::string where;      // "--lora" or "FILE:LINE" / "--prompt", for messages
+    std::string hash;       // A1111's short hash (PNG text), filled by the run
     bool operator==(const LoraUse& o) const {
         return path == o.path && text_weight == o.text_weight && unet_weight == o.unet_weight;
     }
@@ -64,15 +64,15 @@ struct LoraUse {
 // (or --outpaint) inpainting. The pipeline reads and prepares the files
 // (src/image/init_pixels.h) for each batch.
 struct InitImage {
-    std::string path;              // PNG, JPEG or BMP; empty: text to image
-    std::string mask;              // white (255) is repainted, black kept; empty: img2img
-    double strength = 0.75;        // 0 < S <= 1: how much of the schedule runs (A1111's denoising strength)
-    int mask_blur = 0;             // A1111's Gaussian blur radius of the mask, in pixels
-    bool invert_mask = false;      // repaint the black part instead
-    std::string outpaint;          // "LEFT,TOP,RIGHT,BOTTOM" pixels added and inpainted; empty: none
-    std::string resize_mode = "just";  // just | crop | fill: a picture of another size than --W x --H
+    std::string path;                         // PNG, JPEG or BMP; empty: text to image
+    std::string mask;                         // white (255) is repainted, black kept; empty: img2img
+    double strength = 0.75;                   // 0 < S <= 1: how much of the schedule runs (A1111's denoising strength)
+    int mask_blur = 0;                        // A1111's Gaussian blur radius of the mask, in pixels
+    bool invert_mask = false;                 // repaint the black part instead
+    std::string outpaint;                     // "LEFT,TOP,RIGHT,BOTTOM" pixels added and inpainted; empty: none
+    std::string resize_mode = "just";         // just | crop | fill: a picture of another size than --W x --H
     std::string masked_content = "original";  // fill | original | latent-noise | latent-nothing
-    std::string image_hash, mask_hash;  // SHA-256 of the files (PNG text), filled by the run
+    std::string image_hash, mask_hash;        // SHA-256 of the files (PNG text), filled by the run
     bool active() const { return !path.empty(); }
     bool operator==(const InitImage& o) const {
         return path == o.path && mask == o.mask && strength == o.strength && mask_blur == o.mask_blur &&
@@ -83,13 +83,14 @@ struct InitImage {
 
 struct GenerateSettings {
     std::string sampler = default_sampler();  // sd/sampler_catalog.h
-    std::string schedule = "default";    // k-samplers: default | karras | leading (| trailing); PLMS/DDIM: default | leading | trailing
+    std::string schedule =
+        "default";  // k-samplers: default | karras | leading (| trailing); PLMS/DDIM: default | leading | trailing
     int steps = 50;
     double scale = 7.5;
     int height = 512, width = 512;
-    std::string negative_prompt;         // replaces the unconditional "" for every image
-    bool long_prompts = true;            // more than 75 tokens: more 77-token windows (else truncated)
-    bool prompt_weights = true;          // A1111 (text:1.3) / [text] / BREAK syntax (else plain text)
+    std::string negative_prompt;  // replaces the unconditional "" for every image
+    bool long_prompts = true;     // more than 75 tokens: more 77-token windows (else truncated)
+    bool prompt_weights = true;   // A1111 (text:1.3) / [text] / BREAK syntax (else plain text)
     // Text add-ons (issue 19): clip skip in AUTOMATIC1111's numbering: 1 = every
     // layer, N = the last N - 1 layers skipped (diffusers' clip_skip = N - 1), for the
     // prompt only (the negative prompt runs every layer, as diffusers does).
@@ -108,10 +109,10 @@ struct GenerateSettings {
 // Where and how the UNet and VAE decoder compute, resolved from the options.
 // The text encoder always computes in fp32 on the same device.
 struct ComputeChoice {
-    std::string device = "cpu";          // "cpu", "cuda:0", ...
-    std::string precision = "fp32";      // fp32 | fp16 | bf16
-    std::string weights = "fp32";        // fp32 | fp16 | bf16
-    std::string describe() const;        // "fp16 on cuda:0 (...), weights held in fp16 (text encoder: fp32)"
+    std::string device = "cpu";      // "cpu", "cuda:0", ...
+    std::string precision = "fp32";  // fp32 | fp16 | bf16
+    std::string weights = "fp32";    // fp32 | fp16 | bf16
+    std::string describe() const;    // "fp16 on cuda:0 (...), weights held in fp16 (text encoder: fp32)"
 };
 
 }  // namespace sd

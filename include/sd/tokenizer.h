@@ -27,8 +27,8 @@ public:
 
     // [bos] + encode(text)[:context_length - 2] + [eos], padded with pad to
     // context_length (what SD 1.x's text encoder sees).
-    std::vector<int64_t> encode_padded(const std::string& utf8_text, int context_length = 77,
-                                       int bos = 49406, int eos = 49407, int pad = 49407) const;
+    std::vector<int64_t> encode_padded(const std::string& utf8_text, int context_length = 77, int bos = 49406,
+                                       int eos = 49407, int pad = 49407) const;
 
     ClipTokenizer(ClipTokenizer&&) noexcept;
     ClipTokenizer& operator=(ClipTokenizer&&) noexcept;

@@ -43,7 +43,7 @@ struct Txt2ImgJob {
     GenerateSettings settings;    // defaults; JSONL lines may override them
     std::string negative_prompt;  // replaces the unconditional ""
     std::string outdir = "outputs/txt2img-samples";
-    std::string name_pattern;     // "{index}-{seed}-{prompt}"; empty: %05d after existing files
+    std::string name_pattern;  // "{index}-{seed}-{prompt}"; empty: %05d after existing files
     bool skip_existing = false;
     Shard shard;
     bool grid = false;
@@ -97,7 +97,7 @@ struct ImageRecord {
 struct Txt2ImgEvents {
     std::function<void(const ImageRecord&)> image_written;
     std::function<void(const ProgressInfo&)> progress;
-    std::function<bool()> stop_requested;  // checked between sampler steps and between batches
+    std::function<bool()> stop_requested;          // checked between sampler steps and between batches
     std::function<void(const std::string&)> note;  // informational messages (skipped files)
     // The --grid image: its path, its "parameters" text and how many images it shows.
     std::function<void(const std::string& path, const std::string& parameters, int images)> grid_written;
@@ -124,7 +124,8 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
 // next line is read. Images, seeds and names are those run_txt2img gives for
 // the same lines. Needs n_iter 1 (also in every line); each batch's lines are
 // checked when they arrive, so a bad line stops the run after the batches before it.
-Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, PromptReader& reader, const Txt2ImgEvents& events);
+Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, PromptReader& reader,
+                                 const Txt2ImgEvents& events);
 
 // The next free "%05d.png" number in dir (one past the highest existing).
 int next_image_number(const std::string& dir);

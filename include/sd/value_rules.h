@@ -11,10 +11,10 @@ struct WholeRange {
     int64_t lo, hi;
 };
 
-constexpr WholeRange kStepsRange{1, 10000};     // the model's schedule may allow fewer (Pipeline::check)
-constexpr WholeRange kSideRange{1, 65536};      // --H, --W; the model needs a multiple of its size_multiple
-constexpr WholeRange kIterRange{1, 1000000};    // --n_iter
-constexpr WholeRange kSamplesRange{1, 4096};    // --n_samples, --batch-size
+constexpr WholeRange kStepsRange{1, 10000};       // the model's schedule may allow fewer (Pipeline::check)
+constexpr WholeRange kSideRange{1, 65536};        // --H, --W; the model needs a multiple of its size_multiple
+constexpr WholeRange kIterRange{1, 1000000};      // --n_iter
+constexpr WholeRange kSamplesRange{1, 4096};      // --n_samples, --batch-size
 constexpr double kMinScale = 0, kMaxScale = 100;  // guidance scale, as model.json's guidance_scale
 
 // v itself when lo <= v <= hi; otherwise throws sd::Error

@@ -32,7 +32,8 @@ std::string listed(const std::vector<std::string>& items) {
 }  // namespace
 
 const std::vector<SamplerInfo>& samplers() {
-#define SD_SAMPLER_ROW(function, name, a1111, family, schedules) SamplerInfo{name, a1111, SamplerFamily::family, words(schedules)},
+#define SD_SAMPLER_ROW(function, name, a1111, family, schedules) \
+    SamplerInfo{name, a1111, SamplerFamily::family, words(schedules)},
     static const std::vector<SamplerInfo> rows = {SD_SAMPLERS(SD_SAMPLER_ROW)};
 #undef SD_SAMPLER_ROW
     return rows;
@@ -43,8 +44,7 @@ const std::string& default_sampler() { return samplers().front().name; }
 std::string sampler_choices() {
     std::string text;
     const auto& all = samplers();
-    for (size_t i = 0; i < all.size(); ++i)
-        text += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i].name;
+    for (size_t i = 0; i < all.size(); ++i) text += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i].name;
     return text;
 }
 
@@ -80,10 +80,12 @@ int sampler_step_count(const std::string& sampler, int requested_steps, int num_
     return sampler_step_count(sampler, "default", requested_steps, num_train_timesteps);
 }
 
-int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, int num_train_timesteps) {
+int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps,
+                       int num_train_timesteps) {
     const SamplerFamily family = sampler_info(sampler).family;
     if (family == SamplerFamily::k_diffusion) return requested_steps;
-    if (family == SamplerFamily::lcm) return static_cast<int>(lcm_timesteps(requested_steps, num_train_timesteps).size());
+    if (family == SamplerFamily::lcm)
+        return static_cast<int>(lcm_timesteps(requested_steps, num_train_timesteps).size());
     return static_cast<int>(compvis_timesteps(requested_steps, num_train_timesteps, schedule).size());
 }
 

@@ -11,7 +11,8 @@ namespace sd {
 
 std::vector<int> compvis_timesteps(int steps, int num_train_timesteps) {
     if (steps < 1 || steps > num_train_timesteps)
-        throw Error("steps must be between 1 and " + std::to_string(num_train_timesteps) + ", got " + std::to_string(steps));
+        throw Error("steps must be between 1 and " + std::to_string(num_train_timesteps) + ", got " +
+                    std::to_string(steps));
     auto make = [&](int n) {
         const int c = num_train_timesteps / n;
         std::vector<int> ts;
@@ -25,9 +26,10 @@ std::vector<int> compvis_timesteps(int steps, int num_train_timesteps) {
         int lower = steps - 1, higher = steps + 1;
         while (lower > 1 && make(lower).back() >= num_train_timesteps) --lower;
         while (higher < num_train_timesteps && make(higher).back() >= num_train_timesteps) ++higher;
-        throw Error("--steps " + std::to_string(steps) + " does not work with the CompVis schedule (it would need timestep " +
-                    std::to_string(ts.back()) + "; the model has 0.." + std::to_string(num_train_timesteps - 1) +
-                    "); use " + std::to_string(lower) + " or " + std::to_string(higher));
+        throw Error("--steps " + std::to_string(steps) +
+                    " does not work with the CompVis schedule (it would need timestep " + std::to_string(ts.back()) +
+                    "; the model has 0.." + std::to_string(num_train_timesteps - 1) + "); use " +
+                    std::to_string(lower) + " or " + std::to_string(higher));
     }
     return ts;
 }
@@ -53,7 +55,8 @@ std::vector<int> compvis_timesteps(int steps, int num_train_timesteps, const std
 
 std::vector<int> sgm_timesteps(int steps, int num_train_timesteps) {
     if (steps < 1 || steps > num_train_timesteps)
-        throw Error("steps must be from 1 to " + std::to_string(num_train_timesteps) + ", got " + std::to_string(steps));
+        throw Error("steps must be from 1 to " + std::to_string(num_train_timesteps) + ", got " +
+                    std::to_string(steps));
     // numpy's linspace without the endpoint: start + i * ((stop - start) / num) in
     // double, then astype(int), which truncates.
     const double start = num_train_timesteps - 1, step = (0.0 - start) / steps;
@@ -79,13 +82,13 @@ std::vector<int> trailing_timesteps(int steps, int num_train_timesteps) {
 std::vector<int> lcm_timesteps(int steps, int num_train_timesteps) {
     const int origin = kLcmOriginSteps;
     if (steps < 1 || steps > origin)
-        throw Error("--steps " + std::to_string(steps) + " does not work with the LCM sampler: its timesteps are taken from a " +
-                    std::to_string(origin) + "-step grid, so it runs 1 to " + std::to_string(origin) +
-                    " steps (as diffusers' LCMScheduler)");
+        throw Error("--steps " + std::to_string(steps) +
+                    " does not work with the LCM sampler: its timesteps are taken from a " + std::to_string(origin) +
+                    "-step grid, so it runs 1 to " + std::to_string(origin) + " steps (as diffusers' LCMScheduler)");
     const int k = num_train_timesteps / origin;
     if (k < 1)
-        throw Error("the LCM sampler needs a noise schedule of at least " + std::to_string(origin) + " timesteps; this model has " +
-                    std::to_string(num_train_timesteps));
+        throw Error("the LCM sampler needs a noise schedule of at least " + std::to_string(origin) +
+                    " timesteps; this model has " + std::to_string(num_train_timesteps));
     const double stride = static_cast<double>(origin) / steps;  // linspace(0, 50, steps, endpoint=False)
     std::vector<int> ts;
     for (int i = 0; i < steps; ++i) {
@@ -112,7 +115,9 @@ int img2img_step_count(const std::string& sampler, const std::string& schedule, 
     check_strength("--strength", strength);
     check_sampler_settings(sampler, schedule);
     if (sampler == "plms")
-        throw Error("the plms sampler cannot start from an image (CompVis img2img.py has no PLMS); use ddim or another sampler");
+        throw Error(
+            "the plms sampler cannot start from an image (CompVis img2img.py has no PLMS); use ddim or another "
+            "sampler");
     const int total = sampler_step_count(sampler, schedule, requested_steps, num_train_timesteps);
     if (sampler == "ddim" && schedule == "default") return std::min(compvis_t_enc(strength, requested_steps), total);
     return total - diffusers_t_start(strength, total);

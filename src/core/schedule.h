@@ -54,6 +54,7 @@ int img2img_step_count(const std::string& sampler, const std::string& schedule, 
 
 // Steps a sampler really runs with a schedule (sd/sampler_catalog.h's sampler_step_count
 // for the default one). Throws sd::Error when the count cannot run.
-int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, int num_train_timesteps);
+int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps,
+                       int num_train_timesteps);
 
 }  // namespace sd

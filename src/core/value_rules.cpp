@@ -60,8 +60,9 @@ void check_clip_skip(const std::string& what, int64_t clip_skip, int text_layers
         throw Error(what + " must be at least 1 (1: every text encoder layer, 2: skip the last one), got " +
                     std::to_string(clip_skip));
     if (text_layers > 0 && clip_skip > text_layers + 1)
-        throw Error(what + " " + std::to_string(clip_skip) + " skips more layers than this model's text encoder runs (" +
-                    std::to_string(text_layers) + "; the largest clip skip is " + std::to_string(text_layers + 1) + ")");
+        throw Error(what + " " + std::to_string(clip_skip) +
+                    " skips more layers than this model's text encoder runs (" + std::to_string(text_layers) +
+                    "; the largest clip skip is " + std::to_string(text_layers + 1) + ")");
 }
 
 WholePair parse_whole_pair(const std::string& what, const std::string& text, char separator, int64_t lo) {
@@ -87,11 +88,21 @@ bool is_valid_utf8(const std::string& s) {
         const unsigned char c = static_cast<unsigned char>(s[i]);
         int len;
         uint32_t cp;
-        if (c < 0x80) { ++i; continue; }
-        if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-        else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-        else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-        else return false;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            cp = c & 0x07;
+        } else
+            return false;
         if (i + static_cast<size_t>(len) > n) return false;
         for (int k = 1; k < len; ++k) {
             const unsigned char cc = static_cast<unsigned char>(s[i + k]);

@@ -19,8 +19,13 @@ NamedTensors read_addon_weights(const std::string& path, const std::string& what
 std::string float_dtype_problem(const at::Tensor& t) {
     if (t.is_floating_point()) return "";
     const at::ScalarType s = t.scalar_type();
-    const char* name = s == at::kLong ? "I64" : s == at::kInt ? "I32" : s == at::kShort ? "I16" : s == at::kChar ? "I8"
-                       : s == at::kByte ? "U8" : s == at::kBool ? "BOOL" : c10::toString(s);
+    const char* name = s == at::kLong    ? "I64"
+                       : s == at::kInt   ? "I32"
+                       : s == at::kShort ? "I16"
+                       : s == at::kChar  ? "I8"
+                       : s == at::kByte  ? "U8"
+                       : s == at::kBool  ? "BOOL"
+                                         : c10::toString(s);
     return std::string("has dtype ") + name + ", expected a float type";
 }
 

@@ -120,12 +120,14 @@ private:
                 }
             }
         }
-        if (size == 0) c10::free_cpu(p);  // a small block (raw_deallocate), from glibc's heap
-        else munmap(p, size);
+        if (size == 0)
+            c10::free_cpu(p);  // a small block (raw_deallocate), from glibc's heap
+        else
+            munmap(p, size);
     }
 
     std::mutex mu_;
-    std::unordered_map<void*, size_t> live_;  // large blocks in use, by address
+    std::unordered_map<void*, size_t> live_;               // large blocks in use, by address
     std::unordered_map<size_t, std::vector<void*>> free_;  // kept blocks, by size
     size_t limit_ = 0, cached_ = 0, peak_cached_ = 0, hits_ = 0, misses_ = 0;
 };

@@ -11,9 +11,9 @@
 namespace sd {
 
 struct BlockCacheStats {
-    size_t hits = 0, misses = 0;  // large allocations served from the cache / by mmap
-    size_t cached_bytes = 0;      // freed bytes kept now
-    size_t peak_cached_bytes = 0; // most kept at once since the last drop_cached_blocks()
+    size_t hits = 0, misses = 0;   // large allocations served from the cache / by mmap
+    size_t cached_bytes = 0;       // freed bytes kept now
+    size_t peak_cached_bytes = 0;  // most kept at once since the last drop_cached_blocks()
 };
 
 // Makes the cache LibTorch's CPU allocator (once per process; later calls do nothing).

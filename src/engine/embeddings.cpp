@@ -49,10 +49,12 @@ Vectors read_vectors(const std::string& path) {
 }
 
 // Vectors [n, D] from a stored tensor [D] (diffusers) or [n, D], checked.
-at::Tensor as_vectors(const at::Tensor& t, const std::string& path, const std::string& name, int width, int max_vectors) {
+at::Tensor as_vectors(const at::Tensor& t, const std::string& path, const std::string& name, int width,
+                      int max_vectors) {
     const at::Tensor v = t.dim() == 1 ? t.unsqueeze(0) : t;
-    if (v.dim() != 2) throw Error("embedding " + path + ": its tensor has " + std::to_string(t.dim()) +
-                                  " dimensions; an embedding is [vectors, width] or [width]");
+    if (v.dim() != 2)
+        throw Error("embedding " + path + ": its tensor has " + std::to_string(t.dim()) +
+                    " dimensions; an embedding is [vectors, width] or [width]");
     if (v.size(1) != width)
         throw Error("embedding " + path + " has vectors of width " + std::to_string(v.size(1)) +
                     ", but this model's text encoder has width " + std::to_string(width) +
@@ -84,7 +86,8 @@ std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, in
         for (const auto& other : out)
             if (same_ignoring_case(other.trigger, e.trigger))
                 throw Error("embeddings " + other.path + " and " + path + " both have the trigger word \"" +
-                            printable(e.trigger) + "\"" + (other.trigger == e.trigger ? "" : " (differing only in case)"));
+                            printable(e.trigger) + "\"" +
+                            (other.trigger == e.trigger ? "" : " (differing only in case)"));
         out.push_back(std::move(e));
     }
     return out;

@@ -21,7 +21,8 @@ Guidance::Guidance(UnetFn unet, const UnetConditioning& text, double scale, int6
 at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t) const {
     const int64_t n = x.size(0);
     auto pass = [&](int64_t i, int64_t e) {
-        const at::Tensor xs = concat_.defined() ? at::cat({x.slice(0, i, e), concat_.slice(0, i, e)}, 1) : x.slice(0, i, e);
+        const at::Tensor xs =
+            concat_.defined() ? at::cat({x.slice(0, i, e), concat_.slice(0, i, e)}, 1) : x.slice(0, i, e);
         return unet_(xs, t.slice(0, i, e), context_.slice(0, i, e), y_.defined() ? y_.slice(0, i, e) : at::Tensor());
     };
     if (n <= rows_per_pass_) return pass(0, n);

@@ -11,8 +11,8 @@ namespace sd {
 
 // The UNet over some rows: latents, timesteps, the matching text context rows
 // and, for SDXL, the vector rows (undefined otherwise). Returns fp32 on the CPU.
-using UnetFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context,
-                                        const at::Tensor& y)>;
+using UnetFn =
+    std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t, const at::Tensor& context, const at::Tensor& y)>;
 
 // What the UNet is conditioned on, one row per image for each side; the
 // unconditional side is undefined at scale 1 (no guidance); y only for SDXL.

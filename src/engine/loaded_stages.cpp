@@ -25,7 +25,8 @@ std::string cuda_device(const std::string& flag, const std::string& dev) {
     if (index.empty() || index.size() > 3 || index.find_first_not_of("0123456789") != std::string::npos)
         throw Error("unknown --device '" + flag + "' (auto, cpu, cuda or cuda:N)");
     if (!torch::cuda::is_available())
-        throw Error("--device " + flag + ": no CUDA GPU is available (this LibTorch is built for CPU only, "
+        throw Error("--device " + flag +
+                    ": no CUDA GPU is available (this LibTorch is built for CPU only, "
                     "or no GPU is visible); use --device cpu");
     if (std::stoi(index) >= static_cast<int>(torch::cuda::device_count()))
         throw Error("--device " + flag + ": there are only " + std::to_string(torch::cuda::device_count()) +
@@ -38,15 +39,18 @@ std::string cuda_device(const std::string& flag, const std::string& dev) {
 ComputeChoice resolve_compute(const PipelineOptions& o) {
     ComputeChoice c;
     const std::string dev = o.device == "auto" ? (torch::cuda::is_available() ? "cuda" : "cpu") : o.device;
-    if (dev == "cuda" || dev.rfind("cuda:", 0) == 0) c.device = cuda_device(o.device, dev);
-    else if (dev != "cpu") throw Error("unknown --device '" + o.device + "' (auto, cpu, cuda or cuda:N)");
+    if (dev == "cuda" || dev.rfind("cuda:", 0) == 0)
+        c.device = cuda_device(o.device, dev);
+    else if (dev != "cpu")
+        throw Error("unknown --device '" + o.device + "' (auto, cpu, cuda or cuda:N)");
     const bool cpu = c.device == "cpu";
     c.precision = o.precision == "auto" ? (cpu ? "fp32" : "fp16") : o.precision;
     if (c.precision != "fp32" && c.precision != "fp16" && c.precision != "bf16")
         throw Error("unknown --precision '" + o.precision + "' (auto, fp32, fp16 or bf16)");
     if (cpu && c.precision == "fp16")
-        throw Error("--precision fp16 is not available on CPU: LibTorch 1.13 has no fp16 convolution kernels on CPU; "
-                    "use --precision fp32 (--weights fp16 still halves the weights)");
+        throw Error(
+            "--precision fp16 is not available on CPU: LibTorch 1.13 has no fp16 convolution kernels on CPU; "
+            "use --precision fp32 (--weights fp16 still halves the weights)");
     if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16")
         throw Error("unknown --weights '" + o.weights + "' (auto, fp32 or fp16)");
     c.weights = o.weights == "auto" ? c.precision : o.weights;
@@ -55,15 +59,23 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
 
 LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& config, const ComputeChoice& compute,
                            StageTimes& times)
-    : config_(config), model_dir_(options.model_dir), times_(times), device_(compute.device),
-      compute_type_(dtype_named(compute.precision)), held_type_(dtype_named(compute.weights)) {}
+    : config_(config),
+      model_dir_(options.model_dir),
+      times_(times),
+      device_(compute.device),
+      compute_type_(dtype_named(compute.precision)),
+      held_type_(dtype_named(compute.weights)) {}
 
-torch::jit::Module& LoadedStages::text_encoder() { return load(text_encoder_, config_.text_encoder_path, &times_.text_load); }
+torch::jit::Module& LoadedStages::text_encoder() {
+    return load(text_encoder_, config_.text_encoder_path, &times_.text_load);
+}
 torch::jit::Module& LoadedStages::text_encoder_2() {
     return load(text_encoder_2_, config_.text_encoder_2_path, &times_.text_load);
 }
 torch::jit::Module& LoadedStages::unet() { return load(unet_, config_.unet_path, &times_.unet_load); }
-torch::jit::Module& LoadedStages::vae_decoder() { return load(vae_decoder_, config_.vae_decoder_path, &times_.vae_load); }
+torch::jit::Module& LoadedStages::vae_decoder() {
+    return load(vae_decoder_, config_.vae_decoder_path, &times_.vae_load);
+}
 
 torch::jit::Module& LoadedStages::vae_encoder() {
     return load(vae_encoder_, config_.vae_encoder_path, &times_.encode_load);
@@ -95,9 +107,9 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
     if (slot) return *slot;
     const double start = seconds_since_process_start();
     const bool vae = path == config_.vae_decoder_path && !vae_override_.empty();
-    const std::string lora_stage = path == config_.unet_path            ? "unet"
+    const std::string lora_stage = path == config_.unet_path           ? "unet"
                                    : path == config_.text_encoder_path ? "text_encoder"
-                                                                        : "";
+                                                                       : "";
     StageEdit edit = nullptr;
     if (!lora_stage.empty() && !merged_loras_.empty()) {
         std::vector<LoraMerge> merges;

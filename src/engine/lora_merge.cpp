@@ -16,7 +16,8 @@ std::pair<at::Tensor, at::Tensor> read_pair(const LoraFile& file, const LoraModu
     if (!file.file) throw Error("LoRA file " + file.path + " is not open (read it with read_lora)");
     const long down = file.file->find(m.down.name), up = file.file->find(m.up.name);
     if (down < 0 || up < 0) throw Error("LoRA file " + file.path + " lacks the tensors of " + printable(m.key));
-    NamedTensors t = read_tensors(*file.file, [&](const TensorEntry& e) { return e.name == m.down.name || e.name == m.up.name; });
+    NamedTensors t =
+        read_tensors(*file.file, [&](const TensorEntry& e) { return e.name == m.down.name || e.name == m.up.name; });
     std::pair<at::Tensor, at::Tensor> out;
     for (auto& [name, tensor] : t) {
         at::Tensor f = tensor.to(at::kFloat);

@@ -34,8 +34,7 @@ at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const a
     return out;
 }
 
-at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads,
-                           double scale) {
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads, double scale) {
     TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "sd::attention: q, k, v must be [batch, tokens, width]");
     TORCH_CHECK(heads > 0 && q.size(2) % heads == 0 && k.size(2) == q.size(2) && v.size(2) == q.size(2),
                 "sd::attention: widths must be equal and divisible by the head count");

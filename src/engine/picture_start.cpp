@@ -25,7 +25,8 @@ at::Tensor chw_tensor(const std::vector<float>& chw, int64_t channels, int64_t h
 
 }  // namespace
 
-PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config, VaeCodec& vae, const MemoryPlan& plan) {
+PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config, VaeCodec& vae,
+                            const MemoryPlan& plan) {
     const Image picture = read_image(s.init.path, "--init-img");
     GreyImage mask;
     if (!s.init.mask.empty()) mask = read_mask(s.init.mask, "--mask");
@@ -36,7 +37,7 @@ PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config
     const int64_t H = s.height, W = s.width, f = config.downsample_factor;
     // A 9-channel UNet at strength 1 starts from noise alone: diffusers does not encode the picture then.
     if (!(p.inpaint_unet && s.init.strength >= 1.0))
-        p.image_moments = vae.encode(chw_tensor(px.image_chw, 3, H, W) , plan);
+        p.image_moments = vae.encode(chw_tensor(px.image_chw, 3, H, W), plan);
     if (px.has_mask()) {
         p.mask_latent = chw_tensor(px.mask_latent, 1, H / f, W / f);
         if (p.inpaint_unet) p.masked_moments = vae.encode(chw_tensor(px.masked_image_chw, 3, H, W), plan);

@@ -22,7 +22,8 @@ struct PictureStart {
 
 // Reads, prepares and encodes the batch's picture. Throws sd::Error for a
 // picture or mask that cannot be used, naming the file.
-PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config, VaeCodec& vae, const MemoryPlan& plan);
+PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config, VaeCodec& vae,
+                            const MemoryPlan& plan);
 
 // What the sampler starts from, drawn from gen in the references' order: the
 // picture's posterior (CompVis: [n, ...], diffusers: [1, ...] repeated), the

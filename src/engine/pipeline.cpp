@@ -8,18 +8,18 @@
 
 #include <torch/script.h>
 
+#include "core/schedule.h"
 #include "engine/block_cache.h"
 #include "engine/embeddings.h"
 #include "engine/guidance.h"
 #include "engine/loaded_stages.h"
 #include "engine/picture_start.h"
 #include "engine/runtime.h"
-#include "engine/settings_check.h"
 #include "engine/sampling_loop.h"
+#include "engine/settings_check.h"
 #include "engine/stage_loader.h"
 #include "engine/text_conditioner.h"
 #include "engine/vae_codec.h"
-#include "core/schedule.h"
 #include "io/embedding_file.h"
 #include "memory/planner.h"
 #include "sd/error.h"
@@ -110,9 +110,8 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options)
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     config_ = load_model_config(options.model_dir);
     const bool full_vae = options.vae_decoder.empty();
-    for (const auto* stage :
-         {&config_.text_encoder_path, &config_.unet_path, &config_.vae_decoder_path, &config_.text_encoder_2_path,
-          &config_.vae_encoder_path})
+    for (const auto* stage : {&config_.text_encoder_path, &config_.unet_path, &config_.vae_decoder_path,
+                              &config_.text_encoder_2_path, &config_.vae_encoder_path})
         if (!stage->empty() && (full_vae || stage != &config_.vae_decoder_path)) check_stage_files(*stage);
     stages_ = std::make_unique<LoadedStages>(options, config_, compute_, times_);
     vae_ = std::make_unique<VaeCodec>(options, *stages_);
@@ -120,8 +119,9 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options)
     if (vae_->taesd()) set_taesd_stage(memory_, vae_->taesd()->channels(), vae_->taesd()->weight_bytes());
     tokenizer_ = ClipTokenizer::load(config_.vocab_path, config_.merges_path);
     if (config_.is_sdxl() && !(options.embeddings.empty() && options.embeddings_dir.empty()))
-        throw Error("textual-inversion embeddings on SDXL models are not supported yet (only SD 1.x and 2.x ones); "
-                    "run without --embedding and --embeddings-dir");
+        throw Error(
+            "textual-inversion embeddings on SDXL models are not supported yet (only SD 1.x and 2.x ones); "
+            "run without --embedding and --embeddings-dir");
     embeddings_ = load_embeddings(embedding_files(options.embeddings, options.embeddings_dir), config_.context_dim,
                                   config_.context_length - 2);
     text_ = config_.is_sdxl() ? make_sdxl_conditioner(*stages_, *tokenizer_, &peaks_.text_rows)
@@ -161,9 +161,12 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     if (options_.batch_size) r.unet_rows = *options_.batch_size * (r.guidance ? 2 : 1);
     if (options_.vae_tile) r.vae_tile = *options_.vae_tile;
     r.half_weights = stages_->held_type() != at::kFloat;
-    if (!stages_->prepack_applies_to_unet()) r.prepack = false;
-    else if (stages_->unet_loaded()) r.prepack = stages_->unet_packed();
-    else r.prepack = options_.prepack;
+    if (!stages_->prepack_applies_to_unet())
+        r.prepack = false;
+    else if (stages_->unet_loaded())
+        r.prepack = stages_->unet_packed();
+    else
+        r.prepack = options_.prepack;
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
     return r;
 }
@@ -218,8 +221,10 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     const int64_t h = s.height / config_.downsample_factor, w = s.width / config_.downsample_factor;
     const bool first_batch = times_.start_to_first_step == 0;
     StartLatents start;
-    if (picture) start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen_);
-    else start.noise = at::randn({images, config_.latent_channels, h, w}, gen_);
+    if (picture)
+        start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen_);
+    else
+        start.noise = at::randn({images, config_.latent_channels, h, w}, gen_);
     auto& unet = stages_->unet();
     set_attention(unet, {plan.attention_mode, plan.attention_chunk});
     set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
@@ -231,8 +236,9 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
         if (y.defined()) in.push_back(y);
         return LoadedStages::to_host(unet.forward(in).toTensor());
     };
-    Guidance guidance(unet_fn, {on_device(text.cond), on_device(text.uncond), on_device(text.cond_y),
-                                on_device(text.uncond_y), on_device(start.concat)},
+    Guidance guidance(unet_fn,
+                      {on_device(text.cond), on_device(text.uncond), on_device(text.cond_y), on_device(text.uncond_y),
+                       on_device(start.concat)},
                       s.scale, plan.unet_rows);
     StepFn on_step = nullptr;
     if (progress || vae_->previews())
@@ -240,8 +246,9 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
             vae_->maybe_preview(i, total, xi, x0);
             if (progress) progress(i + 1, total);
         };
-    SamplerSettings ks{s.sampler,         s.schedule,          s.steps, parse_parameterization(config_.parameterization),
-                       config_.is_sdxl(), config_.linear_start, config_.linear_end};
+    SamplerSettings ks{
+        s.sampler,         s.schedule,           s.steps,           parse_parameterization(config_.parameterization),
+        config_.is_sdxl(), config_.linear_start, config_.linear_end};
     if (picture) ks.strength = s.init.strength;
     // A 4-channel UNet inpaints by blending the picture's latents back in after each step.
     std::optional<InpaintBlend> blend;
@@ -254,9 +261,10 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     peaks_.unet_rows = guidance.rows();
     // NaN turns into black pixels silently; stop instead, before anything is written.
     if (!at::isfinite(latents).all().item<bool>())
-        throw RunFailure("sampling gave NaN or infinite latents, so no image was written: the model's weights may hold "
-                         "NaN or Inf (a damaged or badly converted checkpoint), or --scale is too large for this "
-                         "sampler and step count");
+        throw RunFailure(
+            "sampling gave NaN or infinite latents, so no image was written: the model's weights may hold "
+            "NaN or Inf (a damaged or badly converted checkpoint), or --scale is too large for this "
+            "sampler and step count");
     if (plan.sequential) stages_->release_unet();
     meter.end(peaks_.unet, peaks_.unet_kept);
     return latents;
@@ -269,8 +277,9 @@ at::Tensor TorchPipeline::decode(const at::Tensor& latents, const MemoryPlan& pl
     at::Tensor decoded = vae_->decode(latents, plan);
     times_.last_decode = seconds_between(start, std::chrono::steady_clock::now()) - (times_.vae_load - load_before);
     if (!at::isfinite(decoded).all().item<bool>())
-        throw RunFailure("the VAE decoder gave NaN or infinite pixels, so no image was written: its weights may hold "
-                         "NaN or Inf (a damaged or badly converted checkpoint or VAE)");
+        throw RunFailure(
+            "the VAE decoder gave NaN or infinite pixels, so no image was written: its weights may hold "
+            "NaN or Inf (a damaged or badly converted checkpoint or VAE)");
     if (plan.sequential) stages_->release_vae_decoder();
     meter.end(peaks_.vae, peaks_.vae_kept);
     return decoded;

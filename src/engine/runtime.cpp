@@ -76,8 +76,7 @@ double seconds_since_process_start() {
     if (close == std::string::npos || !(uptime_file >> uptime)) return 0;
     std::istringstream fields(text.substr(close + 2));
     std::string field;
-    for (int i = 3; i < 22 && fields >> field; ++i) {
-    }
+    for (int i = 3; i < 22 && fields >> field; ++i) {}
     unsigned long long start_ticks = 0;
     if (!(fields >> start_ticks)) return 0;
     return uptime - static_cast<double>(start_ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <tuple>
 
-#include "sd/error.h"
-#include "core/sampler_list.h"
 #include "core/img2img_schedule.h"
+#include "core/sampler_list.h"
 #include "core/schedule.h"
+#include "sd/error.h"
 #include "sd/sampler_catalog.h"
 
 namespace sd {
@@ -40,8 +40,9 @@ StepTable make_table(const std::vector<float>& ac, int steps, const std::string&
 // is multiplied by sigma_t = 0) the noise tensor the reference draws, unless
 // draw is false (diffusers' DDIMScheduler with eta 0). A v model's DDIM passes
 // its own pred_x0 (ddim.py computes it from v directly).
-std::pair<at::Tensor, at::Tensor> ddim_update(const at::Tensor& x, const at::Tensor& e_t, const StepTable& s, int64_t index,
-                                              at::Generator& gen, at::Tensor pred_x0 = {}, bool draw = true) {
+std::pair<at::Tensor, at::Tensor> ddim_update(const at::Tensor& x, const at::Tensor& e_t, const StepTable& s,
+                                              int64_t index, at::Generator& gen, at::Tensor pred_x0 = {},
+                                              bool draw = true) {
     const int64_t b = x.size(0);
     auto opts = x.options();
     auto a_t = at::full({b, 1, 1, 1}, s.alphas[index], opts);
@@ -78,8 +79,9 @@ using AfterStep = std::function<at::Tensor(int i, int total, at::Tensor x)>;
 // DDIM from entry `first` of the ascending table down to entry 0 (txt2img:
 // the top entry). CompVis draws a (discarded) noise tensor in every step,
 // diffusers' DDIMScheduler with eta 0 none.
-at::Tensor run_ddim(const ModelFn& model, Parameterization p, at::Tensor x, const std::vector<float>& ac, const StepTable& s,
-                    int first, bool draw, at::Generator& gen, const AfterStep& after, const StepFn& on_step) {
+at::Tensor run_ddim(const ModelFn& model, Parameterization p, at::Tensor x, const std::vector<float>& ac,
+                    const StepTable& s, int first, bool draw, at::Generator& gen, const AfterStep& after,
+                    const StepFn& on_step) {
     const int total = first + 1;
     for (int i = 0; i < total; ++i) {
         const int64_t index = first - i;
@@ -164,7 +166,8 @@ struct Denoiser {
             auto c_in = 1.0 / at::pow(sum, 0.5);
             out = model(x * c_in, at::full({b}, static_cast<int64_t>(step_t.at(static_cast<size_t>(step))), at::kLong));
         } else {  // scale_model_input, and the float timestep diffusers passes
-            out = model(x / at::pow(sum, 0.5), at::full({b}, static_cast<float>(step_t.at(static_cast<size_t>(step))), at::kFloat));
+            out = model(x / at::pow(sum, 0.5),
+                        at::full({b}, static_cast<float>(step_t.at(static_cast<size_t>(step))), at::kFloat));
         }
         if (p == Parameterization::Eps) return x + out * (-s4);  // c_out = -sigma
         auto c_skip = 1.0 / sum;
@@ -173,10 +176,12 @@ struct Denoiser {
     }
 };
 
-at::Tensor to_d(const at::Tensor& x, const at::Tensor& sigma, const at::Tensor& denoised) { return (x - denoised) / sigma; }
+at::Tensor to_d(const at::Tensor& x, const at::Tensor& sigma, const at::Tensor& denoised) {
+    return (x - denoised) / sigma;
+}
 
-at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, at::Generator& gen, const AfterStep& after,
-                     const StepFn& on_step) {
+at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, at::Generator& gen,
+                     const AfterStep& after, const StepFn& on_step) {
     const int total = static_cast<int>(sigmas.size(0)) - 1;
     for (int i = 0; i < total; ++i) {
         // k-diffusion draws it even with s_churn = 0; sgm's EulerEDMSampler does not.
@@ -253,7 +258,8 @@ at::Tensor run_dpmpp_2m(const Denoiser& D, at::Tensor x, const at::Tensor& sigma
 // noised again to the next timestep of the list with a fresh draw, except in
 // the last step, whose denoised is the result. img2img starts at entry `first`.
 at::Tensor run_lcm(const ModelFn& model, Parameterization p, at::Tensor x, const std::vector<float>& ac,
-                   const std::vector<int>& ts, int first, at::Generator& gen, const AfterStep& after, const StepFn& on_step) {
+                   const std::vector<int>& ts, int first, at::Generator& gen, const AfterStep& after,
+                   const StepFn& on_step) {
     const int count = static_cast<int>(ts.size()), total = count - first;
     for (int i = 0; i < total; ++i) {
         const size_t k = static_cast<size_t>(first + i);
@@ -261,7 +267,8 @@ at::Tensor run_lcm(const ModelFn& model, Parameterization p, at::Tensor x, const
         auto out = model(x, timestep_tensor(x.size(0), t));
         auto a_t = at::scalar_tensor(ac.at(static_cast<size_t>(t)), at::kFloat);
         auto b_t = 1 - a_t;
-        auto pred_x0 = p == Parameterization::Eps ? (x - b_t.sqrt() * out) / a_t.sqrt() : a_t.sqrt() * x - b_t.sqrt() * out;
+        auto pred_x0 =
+            p == Parameterization::Eps ? (x - b_t.sqrt() * out) / a_t.sqrt() : a_t.sqrt() * x - b_t.sqrt() * out;
         auto [c_skip, c_out] = lcm_scalings(t);
         auto denoised = c_out * pred_x0 + c_skip * x;
         if (i + 1 < total) {
@@ -478,8 +485,8 @@ at::Tensor sample_dpmpp_2m(const SamplerRun& r) {
         return alpha * r.x0 + sigma * r.noise;
     };
     at::Tensor x = r.from_noise() ? r.noise : noised(t_start);
-    return run_dpm_solver(r.model, p, x, sigmas, ts, t_start, blend_after(r, [&](int i) { return noised(t_start + i + 1); }),
-                          r.on_step);
+    return run_dpm_solver(r.model, p, x, sigmas, ts, t_start,
+                          blend_after(r, [&](int i) { return noised(t_start + i + 1); }), r.on_step);
 }
 
 at::Tensor sample_lcm(const SamplerRun& r) {
@@ -489,10 +496,12 @@ at::Tensor sample_lcm(const SamplerRun& r) {
     const int count = static_cast<int>(ts.size());
     const int t_start = diffusers_t_start(r.s.strength, count);
     if (t_start == count) return r.x0;
-    auto noised = [&](int k) { return vp_noised(r.x0, r.noise, r.ac.at(static_cast<size_t>(ts[static_cast<size_t>(k)]))); };
+    auto noised = [&](int k) {
+        return vp_noised(r.x0, r.noise, r.ac.at(static_cast<size_t>(ts[static_cast<size_t>(k)])));
+    };
     at::Tensor x = r.from_noise() ? r.noise : noised(t_start);
-    return run_lcm(r.model, p, x, r.ac, ts, t_start, r.gen, blend_after(r, [&](int i) { return noised(t_start + i + 1); }),
-                   r.on_step);
+    return run_lcm(r.model, p, x, r.ac, ts, t_start, r.gen,
+                   blend_after(r, [&](int i) { return noised(t_start + i + 1); }), r.on_step);
 }
 
 }  // namespace
@@ -582,8 +591,10 @@ std::pair<at::Tensor, std::vector<int>> dpm_karras_schedule(int steps, const std
         for (int64_t k = 0; k < T; ++k)
             if (log_sigma - log_sig[k] >= 0) low = k;
         low = std::min<int64_t>(low, T - 2);
-        const double w = std::clamp((log_sig[low] - log_sigma) / static_cast<double>(log_sig[low] - log_sig[low + 1]), 0.0, 1.0);
-        ts.push_back(static_cast<int>(std::nearbyint((1 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1))));
+        const double w =
+            std::clamp((log_sig[low] - log_sigma) / static_cast<double>(log_sig[low] - log_sig[low + 1]), 0.0, 1.0);
+        ts.push_back(
+            static_cast<int>(std::nearbyint((1 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1))));
         sigmas.push_back(static_cast<float>(sigma));
     }
     sigmas.push_back(0.0f);
@@ -614,7 +625,8 @@ at::Tensor sigma_to_t(const at::Tensor& sigma, const at::Tensor& log_sigmas) {
 }
 
 at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noise, const std::vector<float>& ac,
-                  at::Generator& gen, const StepFn& on_step, const at::Tensor& init_latents, const InpaintBlend* blend) {
+                  at::Generator& gen, const StepFn& on_step, const at::Tensor& init_latents,
+                  const InpaintBlend* blend) {
     check_sampler_settings(s.sampler, s.schedule);
     using Fn = at::Tensor (*)(const SamplerRun&);
 #define SD_SAMPLER_FN(function, name, a1111, family, schedules) {name, &sample_##function},
@@ -623,7 +635,8 @@ at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noi
     SamplerRun run{s, model, std::move(noise), ac, gen, on_step, {}, {}};
     if (blend && !init_latents.defined()) throw Error("inpainting's latent blend needs the image latents");
     if (init_latents.defined()) {
-        img2img_step_count(s.sampler, s.schedule, s.steps, s.strength, static_cast<int>(ac.size()));  // refuses what cannot run
+        img2img_step_count(s.sampler, s.schedule, s.steps, s.strength,
+                           static_cast<int>(ac.size()));  // refuses what cannot run
         // [1 or n, C, h, w] against noise's [n, C, h, w]
         auto fits = [&](const at::Tensor& t, int64_t channels) {
             const auto& n = run.noise;
@@ -631,8 +644,8 @@ at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noi
                    t.size(2) == n.size(2) && t.size(3) == n.size(3);
         };
         if (!fits(init_latents, run.noise.size(1)))
-            throw Error("the init latents' shape " + std::string(c10::str(init_latents.sizes())) + " does not fit the noise's " +
-                        std::string(c10::str(run.noise.sizes())));
+            throw Error("the init latents' shape " + std::string(c10::str(init_latents.sizes())) +
+                        " does not fit the noise's " + std::string(c10::str(run.noise.sizes())));
         run.x0 = init_latents.to(at::kFloat).expand(run.noise.sizes()).contiguous();
         if (blend) {
             if (!blend->mask.defined() || !fits(blend->mask, 1))

@@ -35,7 +35,7 @@ Parameterization parse_parameterization(const std::string& name);
 
 struct SamplerSettings {
     std::string sampler = default_sampler();  // a name of sd/sampler_catalog.h
-    std::string schedule = "default";  // the sampler row's schedules (core/sampler_list.h)
+    std::string schedule = "default";         // the sampler row's schedules (core/sampler_list.h)
     int steps = 50;
     Parameterization parameterization = Parameterization::Eps;
     // SDXL (sgm): with the default schedule the k-samplers run as sgm's do (see sample()).

@@ -68,7 +68,8 @@ SdxlConditioning encode_sdxl_conditioning(const SdxlEncoders& prompt_encoders, c
     const int64_t L = c.context_length;
     auto tokenize = [&](const std::vector<std::string>& texts, int pad) {
         std::vector<PromptChunks> v;
-        for (const auto& t : texts) v.push_back(tokenize_prompt(tok, t, syntax, c.context_length, c.bos_id, c.eos_id, pad));
+        for (const auto& t : texts)
+            v.push_back(tokenize_prompt(tok, t, syntax, c.context_length, c.bos_id, c.eos_id, pad));
         return v;
     };
     const int pad2 = c.sdxl.text_encoder_2_pad_id;

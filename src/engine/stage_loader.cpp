@@ -16,11 +16,11 @@
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
-#include "sd/error.h"
 #include "engine/operators.h"
 #include "io/code_check.h"
 #include "io/fs_util.h"
 #include "io/weight_file.h"
+#include "sd/error.h"
 
 namespace sd {
 
@@ -61,7 +61,6 @@ using ShapeMap = std::unordered_map<std::string, std::vector<int64_t>>;
 // file keeps only empty placeholders, so without it a weight file of another
 // model with the same parameter names would load and fail mid-run.
 constexpr const char* kShapesEntry = "parameter_shapes.json";
-
 
 std::string lowercase(std::string s) {
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -108,7 +107,8 @@ ShapeMap shapes_in_archive(const std::string& pt_path) {
     auto [data, size] = reader.getRecord(entry);
     ShapeMap shapes;
     try {
-        const auto j = nlohmann::json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+        const auto j =
+            nlohmann::json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
         for (const auto& [name, dims] : j.items()) shapes[name] = dims.get<std::vector<int64_t>>();
     } catch (const nlohmann::json::exception&) {
         throw Error("model file " + pt_path + " has a damaged " + kShapesEntry);
@@ -178,7 +178,8 @@ std::optional<std::vector<WeightEntry>> checked_weight_index(const std::string& 
     const std::string weights_path = weight_file_for(path);
     if (!file_exists(weights_path)) {
         // Without the record, an old export with the weights inside the .pt is still fine.
-        if (!shapes.empty()) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
+        if (!shapes.empty())
+            throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
         return std::nullopt;
     }
     auto index = read_weight_index(weights_path);
@@ -227,7 +228,8 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c
             map_weights(m, weights_path, *index);
         } else {
             for (const auto& p : m.parameters())
-                if (p.numel() == 0) throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
+                if (p.numel() == 0)
+                    throw Error("model file " + path + " has its weights in " + weights_path + ", which is missing");
         }
         if (replace) replace_weights(m, *replace);
         if (edit) edit(m);

@@ -23,7 +23,8 @@ namespace sd {
 using StageEdit = std::function<void(torch::jit::Module&)>;
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights = at::kFloat,
                               c10::Device device = c10::kCPU,
-                              const std::map<std::string, at::Tensor>* replace = nullptr, const StageEdit& edit = nullptr);
+                              const std::map<std::string, at::Tensor>* replace = nullptr,
+                              const StageEdit& edit = nullptr);
 
 // The checks load_stage makes on a stage's files, without loading them (the .pt's
 // archive directory, its code against the operations this tool's export emits

@@ -21,16 +21,14 @@ struct Layer {
     Kind kind;
 };
 constexpr Layer kLayers[] = {
-    {1, Kind::conv},          {3, Kind::block},  {4, Kind::block},  {5, Kind::block},
-    {7, Kind::conv_no_bias},  {8, Kind::block},  {9, Kind::block},  {10, Kind::block},
-    {12, Kind::conv_no_bias}, {13, Kind::block}, {14, Kind::block}, {15, Kind::block},
-    {17, Kind::conv_no_bias}, {18, Kind::block}, {19, Kind::conv},
+    {1, Kind::conv},   {3, Kind::block},  {4, Kind::block},         {5, Kind::block},         {7, Kind::conv_no_bias},
+    {8, Kind::block},  {9, Kind::block},  {10, Kind::block},        {12, Kind::conv_no_bias}, {13, Kind::block},
+    {14, Kind::block}, {15, Kind::block}, {17, Kind::conv_no_bias}, {18, Kind::block},        {19, Kind::conv},
 };
 constexpr int kLatentChannels = 4;
 // A TAESD decoder is ~1.2 M parameters (5 MB in fp32); a file whose tensors
 // need more is not one, and is refused before its memory is taken.
 constexpr uint64_t kMaxTaesdBytes = 256u << 20;
-
 
 // Every tensor the decoder needs, by madebyollin's name, for C channels.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(int64_t c) {
@@ -72,7 +70,8 @@ std::string weights_file_of(const std::string& path) {
     if (!is_directory(path)) return path;
     const std::string file = join_path(path, "diffusion_pytorch_model.safetensors");
     if (!file_exists(file))
-        throw Error("TAESD folder " + path + " has no diffusion_pytorch_model.safetensors (a diffusers AutoencoderTiny "
+        throw Error("TAESD folder " + path +
+                    " has no diffusion_pytorch_model.safetensors (a diffusers AutoencoderTiny "
                     "folder, or give the taesd_decoder.pth / .safetensors file itself)");
     return file;
 }
@@ -91,12 +90,13 @@ TaesdDecoder TaesdDecoder::load(const std::string& path) {
     if (!is_directory(path)) check_regular_file(path, "TAESD decoder");  // a FIFO would block the read
     const std::string file = weights_file_of(path);
     TaesdDecoder d;
-    for (auto& [name, t] : read_addon_weights(file, "TAESD decoder", kMaxTaesdBytes,
-                                              [](const std::string& n) { return !is_encoder(n); }))
+    for (auto& [name, t] :
+         read_addon_weights(file, "TAESD decoder", kMaxTaesdBytes, [](const std::string& n) { return !is_encoder(n); }))
         d.weights_[madebyollin_name(name)] = t.contiguous();
     const auto first = d.weights_.find("1.weight");
     if (first == d.weights_.end())
-        throw Error("TAESD decoder " + file + " lacks the tensor 1.weight (decoder.layers.0.weight): not a TAESD decoder");
+        throw Error("TAESD decoder " + file +
+                    " lacks the tensor 1.weight (decoder.layers.0.weight): not a TAESD decoder");
     if (const std::string p = float_dtype_problem(first->second); !p.empty())
         throw Error("TAESD decoder " + file + ": 1.weight " + p);
     if (first->second.dim() != 4 || first->second.size(0) < 1)
@@ -110,19 +110,21 @@ TaesdDecoder TaesdDecoder::load(const std::string& path) {
         if (const std::string p = float_dtype_problem(it->second); !p.empty())
             throw Error("TAESD decoder " + file + ": " + name + " " + p);
         if (it->second.sizes() != at::IntArrayRef(shape))
-            throw Error("TAESD decoder " + file + ": " + name + " is " + shape_text(it->second.sizes().vec()) + ", expected " +
-                        shape_text(shape) + " for " + std::to_string(d.channels_) + " channels");
+            throw Error("TAESD decoder " + file + ": " + name + " is " + shape_text(it->second.sizes().vec()) +
+                        ", expected " + shape_text(shape) + " for " + std::to_string(d.channels_) + " channels");
     }
     if (d.weights_.size() != expected.size()) {
         for (const auto& [name, t] : d.weights_) {
             bool known = false;
             for (const auto& e : expected) known = known || e.first == name;
             if (!known)
-                throw Error("TAESD decoder " + file + " holds an unexpected tensor " + printable(name) + ": not a TAESD decoder");
+                throw Error("TAESD decoder " + file + " holds an unexpected tensor " + printable(name) +
+                            ": not a TAESD decoder");
         }
     }
     for (auto& [name, t] : d.weights_)
-        if (!at::isfinite(t).all().item<bool>()) throw Error("TAESD decoder " + file + ": " + name + " holds NaN or Inf");
+        if (!at::isfinite(t).all().item<bool>())
+            throw Error("TAESD decoder " + file + ": " + name + " holds NaN or Inf");
     return d;
 }
 
@@ -150,17 +152,17 @@ at::Tensor TaesdDecoder::decode(const at::Tensor& latents) const {
     for (const auto& l : kLayers) {
         const std::string p = std::to_string(l.index);
         switch (l.kind) {
-        case Kind::conv:
-            x = at::conv2d(x, w(p + ".weight"), w(p + ".bias"), 1, 1);
-            if (l.index == 1) x = at::relu(x);  // layer 2
-            break;
-        case Kind::conv_no_bias:  // preceded by Upsample(x2, nearest)
-            x = at::upsample_nearest2d(x, {x.size(2) * 2, x.size(3) * 2});
-            x = at::conv2d(x, w(p + ".weight"), {}, 1, 1);
-            break;
-        case Kind::block:
-            x = block(x, l.index);
-            break;
+            case Kind::conv:
+                x = at::conv2d(x, w(p + ".weight"), w(p + ".bias"), 1, 1);
+                if (l.index == 1) x = at::relu(x);  // layer 2
+                break;
+            case Kind::conv_no_bias:  // preceded by Upsample(x2, nearest)
+                x = at::upsample_nearest2d(x, {x.size(2) * 2, x.size(3) * 2});
+                x = at::conv2d(x, w(p + ".weight"), {}, 1, 1);
+                break;
+            case Kind::block:
+                x = block(x, l.index);
+                break;
         }
     }
     return x;

@@ -9,9 +9,8 @@ namespace sd {
 
 at::ScalarType scalar_type_of(const std::string& dtype) {
     static const std::map<std::string, at::ScalarType> types = {
-        {"F32", at::kFloat}, {"F16", at::kHalf},   {"BF16", at::kBFloat16}, {"F64", at::kDouble},
-        {"I64", at::kLong},  {"I32", at::kInt},    {"I16", at::kShort},     {"I8", at::kChar},
-        {"U8", at::kByte},   {"BOOL", at::kBool}};
+        {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16}, {"F64", at::kDouble}, {"I64", at::kLong},
+        {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},       {"U8", at::kByte},    {"BOOL", at::kBool}};
     return types.at(dtype);
 }
 

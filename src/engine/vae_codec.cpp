@@ -85,8 +85,9 @@ VaeCodec::VaeCodec(const PipelineOptions& o, LoadedStages& stages) : stages_(sta
         preview_taesd_ = TaesdDecoder::load(taesd_path_of(o.preview_decoder, "--preview-decoder"));
     } else if (o.preview_every > 0) {
         if (!taesd_)
-            throw Error("--preview needs a TAESD decoder to draw its previews: give --preview-decoder taesd:FILE "
-                        "(e.g. taesd_decoder.pth) or --vae-decoder taesd:FILE");
+            throw Error(
+                "--preview needs a TAESD decoder to draw its previews: give --preview-decoder taesd:FILE "
+                "(e.g. taesd_decoder.pth) or --vae-decoder taesd:FILE");
         preview_taesd_ = taesd_;
     }
     if (!o.vae.empty()) {
@@ -139,7 +140,8 @@ at::Tensor VaeCodec::encode(const at::Tensor& images, const MemoryPlan& plan) {
     set_layer_memory(enc, plan.ff_chunk, plan.conv_split);
     std::vector<at::Tensor> moments;
     for (int64_t i = 0; i < images.size(0); ++i)
-        moments.push_back(LoadedStages::to_host(enc.forward({stages_.to_device(images.slice(0, i, i + 1))}).toTensor()));
+        moments.push_back(
+            LoadedStages::to_host(enc.forward({stages_.to_device(images.slice(0, i, i + 1))}).toTensor()));
     return at::cat(moments);
 }
 

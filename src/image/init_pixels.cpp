@@ -19,7 +19,8 @@ InitPixels prepare_init_pixels(const Image& picture, const GreyImage* mask, cons
         if (m) {  // the user's mask joins the new area
             for (int y = 0; y < picture.height; ++y)
                 for (int x = 0; x < picture.width; ++x) {
-                    uint8_t& v = c.mask.v[static_cast<size_t>(y + o.outpaint->top) * c.mask.width + x + o.outpaint->left];
+                    uint8_t& v =
+                        c.mask.v[static_cast<size_t>(y + o.outpaint->top) * c.mask.width + x + o.outpaint->left];
                     v = std::max(v, m->v[static_cast<size_t>(y) * picture.width + x]);
                 }
         }
@@ -33,8 +34,8 @@ InitPixels prepare_init_pixels(const Image& picture, const GreyImage* mask, cons
     out.image = out.original;
     if (m) {
         if (w % o.latent_factor || h % o.latent_factor)
-            throw Error("a masked picture must be a multiple of " + std::to_string(o.latent_factor) + " pixels on each side, got " +
-                        std::to_string(w) + "x" + std::to_string(h));
+            throw Error("a masked picture must be a multiple of " + std::to_string(o.latent_factor) +
+                        " pixels on each side, got " + std::to_string(w) + "x" + std::to_string(h));
         GreyImage soft = fit_grey(*m, w, h, o.resize_mode);
         if (o.invert_mask) soft = invert_mask(soft);
         soft = blur_mask(soft, o.mask_blur);

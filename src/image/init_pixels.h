@@ -38,8 +38,8 @@ struct InitPixelOptions {
 };
 
 struct InitPixels {
-    Image original;  // the picture at width x height before any fill (what paste_back puts back)
-    Image image;     // the picture the encoder gets (filled where the mask says, for Fill)
+    Image original;                // the picture at width x height before any fill (what paste_back puts back)
+    Image image;                   // the picture the encoder gets (filled where the mask says, for Fill)
     std::vector<float> image_chw;  // [3, H, W] in [-1, 1] (init_image.npy)
     // Empty without a mask or outpaint:
     GreyImage soft_mask;                  // after invert and blur, 0..255 (for paste_back)

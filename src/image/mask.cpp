@@ -80,7 +80,8 @@ std::vector<float> latent_mask(const std::vector<float>& mask, int w, int h, int
     std::vector<float> out(static_cast<size_t>(lw) * lh);
     for (int i = 0; i < lh; ++i)
         for (int j = 0; j < lw; ++j)
-            out[static_cast<size_t>(i) * lw + j] = mask[static_cast<size_t>(i) * factor * w + static_cast<size_t>(j) * factor];
+            out[static_cast<size_t>(i) * lw + j] =
+                mask[static_cast<size_t>(i) * factor * w + static_cast<size_t>(j) * factor];
     return out;
 }
 

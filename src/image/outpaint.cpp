@@ -40,9 +40,11 @@ void box_pass(Plane& p, int inner, double frac, bool along_rows) {
         auto clamped = [&](int i) { return static_cast<double>(at(std::clamp(i, 0, n - 1))); };
         // prefix[k] = sum of the clamped line over indices -reach .. k - reach - 1
         prefix[0] = 0;
-        for (int k = 0; k < n + 2 * reach; ++k) prefix[static_cast<size_t>(k) + 1] = prefix[static_cast<size_t>(k)] + clamped(k - reach);
+        for (int k = 0; k < n + 2 * reach; ++k)
+            prefix[static_cast<size_t>(k) + 1] = prefix[static_cast<size_t>(k)] + clamped(k - reach);
         for (int i = 0; i < n; ++i) {
-            const double core = prefix[static_cast<size_t>(i + inner + reach) + 1] - prefix[static_cast<size_t>(i - inner + reach)];
+            const double core =
+                prefix[static_cast<size_t>(i + inner + reach) + 1] - prefix[static_cast<size_t>(i - inner + reach)];
             const double ends = clamped(i - reach) + clamped(i + reach);
             line[static_cast<size_t>(i)] = static_cast<float>((core + frac * ends) / norm);
         }
@@ -58,8 +60,8 @@ void gaussian_blur(Plane& p, double radius) {
     const int inner = static_cast<int>(std::floor((std::sqrt(12.0 * var + 1.0) - 1.0) / 2.0));
     // The box of half-width inner has variance inner (inner + 1) / 3; the ends'
     // weight makes up the rest.
-    const double frac = (2.0 * inner + 1.0) * (var - inner * (inner + 1.0) / 3.0) /
-                        (2.0 * ((inner + 1.0) * (inner + 1.0) - var));
+    const double frac =
+        (2.0 * inner + 1.0) * (var - inner * (inner + 1.0) / 3.0) / (2.0 * ((inner + 1.0) * (inner + 1.0) - var));
     for (bool rows : {true, false})
         for (int pass = 0; pass < 3; ++pass) box_pass(p, inner, frac, rows);
 }
@@ -75,7 +77,8 @@ OutpaintMargins parse_outpaint(const std::string& text, const std::string& what)
         if (comma == std::string::npos) break;
         start = comma + 1;
     }
-    if (parts.size() != 4) throw Error(what + ": expected four whole numbers LEFT,TOP,RIGHT,BOTTOM, got '" + text + "'");
+    if (parts.size() != 4)
+        throw Error(what + ": expected four whole numbers LEFT,TOP,RIGHT,BOTTOM, got '" + text + "'");
     OutpaintMargins m{parse_margin(parts[0], text, what), parse_margin(parts[1], text, what),
                       parse_margin(parts[2], text, what), parse_margin(parts[3], text, what)};
     if (m.left + m.top + m.right + m.bottom == 0) throw Error(what + ": all four margins are 0; nothing to outpaint");
@@ -87,10 +90,13 @@ MaskedContent parse_masked_content(const std::string& text, const std::string& w
     if (text == "original") return MaskedContent::Original;
     if (text == "latent-noise") return MaskedContent::LatentNoise;
     if (text == "latent-nothing") return MaskedContent::LatentNothing;
-    throw Error(what + ": unknown masked content '" + text + "' (choose fill, original, latent-noise or latent-nothing)");
+    throw Error(what + ": unknown masked content '" + text +
+                "' (choose fill, original, latent-noise or latent-nothing)");
 }
 
-bool is_pixel_fill(MaskedContent content) { return content == MaskedContent::Fill || content == MaskedContent::Original; }
+bool is_pixel_fill(MaskedContent content) {
+    return content == MaskedContent::Fill || content == MaskedContent::Original;
+}
 
 OutpaintCanvas outpaint_canvas(const Image& img, const OutpaintMargins& m, MaskedContent content,
                                const std::string& what, int max_side) {
@@ -141,8 +147,7 @@ Image fill_masked(const Image& img, const GreyImage& mask) {
         }
     }
     Image out = img;
-    for (size_t i = 0; i < n * 3; ++i)
-        out.rgb[i] = static_cast<uint8_t>(std::clamp(std::lround(acc_c[i]), 0L, 255L));
+    for (size_t i = 0; i < n * 3; ++i) out.rgb[i] = static_cast<uint8_t>(std::clamp(std::lround(acc_c[i]), 0L, 255L));
     return out;
 }
 

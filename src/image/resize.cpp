@@ -28,14 +28,16 @@ Plane resample(const Plane& src, int w, int h) {
     const int ok = stbir_resize_uint8_generic(src.v.data(), src.w, src.h, 0, out.v.data(), w, h, 0, src.channels,
                                               STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_FILTER_CATMULLROM,
                                               STBIR_COLORSPACE_LINEAR, nullptr);
-    if (!ok) throw Error("cannot resize a picture to " + std::to_string(w) + "x" + std::to_string(h) + " (out of memory)");
+    if (!ok)
+        throw Error("cannot resize a picture to " + std::to_string(w) + "x" + std::to_string(h) + " (out of memory)");
     return out;
 }
 
 // Copies src's pixel (sx, sy) to dst's (dx, dy).
 void copy_pixel(const Plane& src, int sx, int sy, Plane& dst, int dx, int dy) {
     const size_t c = static_cast<size_t>(src.channels);
-    std::copy_n(&src.v[(static_cast<size_t>(sy) * src.w + sx) * c], c, &dst.v[(static_cast<size_t>(dy) * dst.w + dx) * c]);
+    std::copy_n(&src.v[(static_cast<size_t>(sy) * src.w + sx) * c], c,
+                &dst.v[(static_cast<size_t>(dy) * dst.w + dx) * c]);
 }
 
 Plane fit(const Plane& src, int w, int h, ResizeMode mode) {
@@ -45,7 +47,8 @@ Plane fit(const Plane& src, int w, int h, ResizeMode mode) {
     // A1111 pastes onto a new black canvas.
     Plane out{w, h, src.channels, std::vector<uint8_t>(static_cast<size_t>(w) * h * src.channels, 0)};
     for (int y = std::max(0, p.y); y < std::min(h, p.y + p.scaled_h); ++y)
-        for (int x = std::max(0, p.x); x < std::min(w, p.x + p.scaled_w); ++x) copy_pixel(scaled, x - p.x, y - p.y, out, x, y);
+        for (int x = std::max(0, p.x); x < std::min(w, p.x + p.scaled_w); ++x)
+            copy_pixel(scaled, x - p.x, y - p.y, out, x, y);
     if (mode != ResizeMode::Fill) return out;
     // The bands above and below (or left and right), each as wide as the
     // offset, filled with the nearest edge row (column) of the scaled picture;
@@ -81,9 +84,12 @@ ResizeMode parse_resize_mode(const std::string& text, const std::string& what) {
 
 const char* resize_mode_name(ResizeMode mode) {
     switch (mode) {
-    case ResizeMode::Just: return "just";
-    case ResizeMode::Crop: return "crop";
-    default: return "fill";
+        case ResizeMode::Just:
+            return "just";
+        case ResizeMode::Crop:
+            return "crop";
+        default:
+            return "fill";
     }
 }
 

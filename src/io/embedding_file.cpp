@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 std::string extension_of(const std::string& path) {
     std::string ext = fs::path(path).extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::transform(ext.begin(), ext.end(), ext.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return ext;
 }
 
@@ -35,7 +36,8 @@ std::vector<std::string> embedding_files(const std::vector<std::string>& files, 
     std::error_code ec;
     for (const auto& f : files) {
         if (!fs::exists(f, ec)) throw Error("--embedding " + f + ": no such file");
-        if (fs::is_directory(f, ec)) throw Error("--embedding " + f + " is a folder (use --embeddings-dir for a folder)");
+        if (fs::is_directory(f, ec))
+            throw Error("--embedding " + f + " is a folder (use --embeddings-dir for a folder)");
         out.push_back(f);
     }
     if (dir.empty()) return out;
@@ -46,7 +48,8 @@ std::vector<std::string> embedding_files(const std::vector<std::string>& files, 
     if (ec) throw Error("--embeddings-dir " + dir + ": cannot read it (" + ec.message() + ")");
     for (; it != end; it.increment(ec)) {
         if (ec) throw Error("--embeddings-dir " + dir + ": cannot read it (" + ec.message() + ")");
-        if (it->is_regular_file(ec) && is_embedding_file_name(it->path().string())) found.push_back(it->path().string());
+        if (it->is_regular_file(ec) && is_embedding_file_name(it->path().string()))
+            found.push_back(it->path().string());
     }
     std::sort(found.begin(), found.end());
     out.insert(out.end(), found.begin(), found.end());
@@ -73,7 +76,8 @@ std::string embedding_trigger(const std::string& path, const std::string& tensor
 bool same_ignoring_case(const std::string& a, const std::string& b) {
     if (a.size() != b.size()) return false;
     for (size_t k = 0; k < a.size(); ++k)
-        if (std::tolower(static_cast<unsigned char>(a[k])) != std::tolower(static_cast<unsigned char>(b[k]))) return false;
+        if (std::tolower(static_cast<unsigned char>(a[k])) != std::tolower(static_cast<unsigned char>(b[k])))
+            return false;
     return true;
 }
 

@@ -81,13 +81,17 @@ void ensure_writable_dir(const std::string& dir) {
 void check_new_file_path(const std::string& path, const std::string& what) {
     struct stat st;
     if (::lstat(path.c_str(), &st) == 0) {
-        const char* kind = S_ISREG(st.st_mode) ? "a file" : S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a folder" : "a special file";
+        const char* kind = S_ISREG(st.st_mode)   ? "a file"
+                           : S_ISLNK(st.st_mode) ? "a symbolic link"
+                           : S_ISDIR(st.st_mode) ? "a folder"
+                                                 : "a special file";
         throw Error(what + " " + path + ": " + kind + " is already there; it is never replaced (choose a new name)");
     }
     const auto slash = path.find_last_of('/');
     const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     if (!is_directory(dir)) throw Error(what + " " + path + ": the folder " + dir + " does not exist");
-    if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(what + " " + path + ": the folder " + dir + " is not writable");
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        throw Error(what + " " + path + ": the folder " + dir + " is not writable");
 }
 
 size_t check_regular_file(const std::string& path, const std::string& what) {
@@ -98,11 +102,11 @@ size_t check_regular_file(const std::string& path, const std::string& what) {
         throw Error(what + " " + path + " cannot be read: " + std::strerror(err));
     }
     if (S_ISREG(st.st_mode)) return static_cast<size_t>(st.st_size);
-    const char* kind = S_ISDIR(st.st_mode)    ? "a folder"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+    const char* kind = S_ISDIR(st.st_mode)                          ? "a folder"
+                       : S_ISFIFO(st.st_mode)                       ? "a FIFO (named pipe)"
                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "not a regular file";
+                       : S_ISSOCK(st.st_mode)                       ? "a socket"
+                                                                    : "not a regular file";
     throw Error(what + " " + path + " is " + kind + ", not a regular file");
 }
 
@@ -129,7 +133,8 @@ std::string read_file_capped(const std::string& path, size_t max_bytes, const st
     }
     ::close(fd);
     if (data.size() > max_bytes)
-        throw Error(what + " " + path + " is larger than the " + std::to_string(max_bytes) + " bytes this reader takes");
+        throw Error(what + " " + path + " is larger than the " + std::to_string(max_bytes) +
+                    " bytes this reader takes");
     return data;
 }
 

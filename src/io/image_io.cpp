@@ -6,10 +6,10 @@
 #define STB_IMAGE_WRITE_STATIC
 #include <stb_image_write.h>
 
-#include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/image_reader.h"
 #include "io/png_text.h"
+#include "sd/error.h"
 
 namespace sd {
 

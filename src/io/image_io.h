@@ -8,7 +8,6 @@
 
 namespace sd {
 
-
 std::vector<uint8_t> encode_png(const Image& img);
 
 // Writes the PNG under a temporary name and links it into place, so a killed

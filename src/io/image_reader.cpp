@@ -23,10 +23,14 @@ Format sniff(std::string_view b) {
 
 const char* format_name(Format f) {
     switch (f) {
-    case Format::Png: return "PNG";
-    case Format::Jpeg: return "JPEG";
-    case Format::Bmp: return "BMP";
-    default: return "picture";
+        case Format::Png:
+            return "PNG";
+        case Format::Jpeg:
+            return "JPEG";
+        case Format::Bmp:
+            return "BMP";
+        default:
+            return "picture";
     }
 }
 
@@ -141,7 +145,7 @@ int jpeg_oversized_huffman_table(std::string_view b) {
         while (at < b.size() && byte(at) == 0xFF) ++at;
         if (at >= b.size()) return 0;
         const unsigned m = byte(at++);
-        if (m == 0xD9) return 0;                                           // EOI
+        if (m == 0xD9) return 0;                                                        // EOI
         if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // no length
         if (at + 2 > b.size()) return 0;
         const size_t len = (static_cast<size_t>(byte(at)) << 8) | byte(at + 1);
@@ -180,7 +184,8 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
                     " a picture may have");
     if (format == Format::Jpeg) {
         if (const int codes = jpeg_oversized_huffman_table(bytes))
-            throw Error(name + ": corrupt JPEG (a Huffman table with " + std::to_string(codes) + " codes; at most 256)");
+            throw Error(name + ": corrupt JPEG (a Huffman table with " + std::to_string(codes) +
+                        " codes; at most 256)");
     }
     const std::string padded = format == Format::Png ? png_for_stb(bytes) : "";
     if (!padded.empty()) bytes = padded;

@@ -9,12 +9,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "io/weight_file.h"
-#include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/printable.h"
 #include "io/sha256.h"
 #include "io/tensor_reader.h"
+#include "io/weight_file.h"
+#include "sd/error.h"
 
 namespace sd {
 
@@ -54,7 +54,7 @@ std::optional<int> small_number(const std::string& s) {
 // A ResBlock's CompVis layer names in diffusers' ResnetBlock2D.
 std::string resnet_part(const std::string& rest) {
     static const std::map<std::string, std::string> names = {
-        {"in_layers.0", "norm1"}, {"in_layers.2", "conv1"},          {"out_layers.0", "norm2"},
+        {"in_layers.0", "norm1"},  {"in_layers.2", "conv1"},          {"out_layers.0", "norm2"},
         {"out_layers.3", "conv2"}, {"emb_layers.1", "time_emb_proj"}, {"skip_connection", "conv_shortcut"}};
     const auto it = names.find(rest);
     return it == names.end() ? "" : it->second;
@@ -117,7 +117,6 @@ Error lora_error(const std::string& path, const std::string& what) { return Erro
 // A key of the file, safe in a one-line message.
 std::string key(const std::string& k) { return printable(k); }
 
-
 std::string underscored(std::string s) {
     for (auto& c : s)
         if (c == '.') c = '_';
@@ -166,11 +165,13 @@ struct KeyPart {
 };
 
 KeyPart classify(const std::string& key) {
-    static const std::vector<std::pair<std::string, Part>> suffixes = {
-        {".lora_down.weight", Part::down},          {".lora_up.weight", Part::up},
-        {".lora.down.weight", Part::down},          {".lora.up.weight", Part::up},
-        {".lora_linear_layer.down.weight", Part::down}, {".lora_linear_layer.up.weight", Part::up},
-        {".alpha", Part::alpha}};
+    static const std::vector<std::pair<std::string, Part>> suffixes = {{".lora_down.weight", Part::down},
+                                                                       {".lora_up.weight", Part::up},
+                                                                       {".lora.down.weight", Part::down},
+                                                                       {".lora.up.weight", Part::up},
+                                                                       {".lora_linear_layer.down.weight", Part::down},
+                                                                       {".lora_linear_layer.up.weight", Part::up},
+                                                                       {".alpha", Part::alpha}};
     for (const auto& [suffix, part] : suffixes)
         if (ends_with(key, suffix)) return {key.substr(0, key.size() - suffix.size()), part};
     return {key, Part::unknown};
@@ -178,11 +179,10 @@ KeyPart classify(const std::string& key) {
 
 // Older diffusers files name attention LoRAs by their processor: ".processor.to_q_lora".
 std::string without_processor(const std::string& module) {
-    static const std::vector<std::pair<std::string, std::string>> names = {
-        {".processor.to_q_lora", ".to_q"},
-        {".processor.to_k_lora", ".to_k"},
-        {".processor.to_v_lora", ".to_v"},
-        {".processor.to_out_lora", ".to_out.0"}};
+    static const std::vector<std::pair<std::string, std::string>> names = {{".processor.to_q_lora", ".to_q"},
+                                                                           {".processor.to_k_lora", ".to_k"},
+                                                                           {".processor.to_v_lora", ".to_v"},
+                                                                           {".processor.to_out_lora", ".to_out.0"}};
     for (const auto& [from, to] : names)
         if (ends_with(module, from)) return module.substr(0, module.size() - from.size()) + to;
     return module;
@@ -195,9 +195,11 @@ void refuse_other_layouts(const std::vector<WeightEntry>& index, const std::stri
         if (starts_with(k, "lora_te1_") || starts_with(k, "lora_te2_"))
             throw lora_error(path, "is a LoRA for SDXL (" + key(k) + "); this tool runs SD 1.x and 2.x");
         if (ends_with(k, ".lora_A.weight") || ends_with(k, ".lora_B.weight"))
-            throw lora_error(path, "is in the PEFT format (" + key(k) + "), which is not supported; use a kohya or pre-PEFT diffusers file");
+            throw lora_error(path, "is in the PEFT format (" + key(k) +
+                                       "), which is not supported; use a kohya or pre-PEFT diffusers file");
         if (k.find(".hada_") != std::string::npos || k.find(".lokr_") != std::string::npos)
-            throw lora_error(path, "is a LyCORIS LoHa/LoKr file (" + key(k) + "); only LoRA and LoCon (lora_down/lora_up) are supported");
+            throw lora_error(path, "is a LyCORIS LoHa/LoKr file (" + key(k) +
+                                       "); only LoRA and LoCon (lora_down/lora_up) are supported");
         if (starts_with(k, "lora_te_") && k.find("resblocks") != std::string::npos)
             throw lora_error(path, "has an open_clip text-encoder layout (" + key(k) +
                                        "), which this tool's exports do not use; a LoRA for another model?");
@@ -242,7 +244,8 @@ void check_fit(const LoraModule& m, const std::vector<int64_t>& w, const std::st
         hint = " (a LoRA for another model, e.g. SD 2.x's linear proj_in on SD 1.x's 1x1 conv?)";
     throw lora_error(path, where + " is " + kind_of(d) + " there (down " + shape_text(d) + ", up " + shape_text(u) +
                                "); " + m.stage + " " + m.param + " is " + kind_of(w) + " " + shape_text(w) +
-                               " here, which needs down " + shape_text(want_down) + " and up " + shape_text(want_up) + hint);
+                               " here, which needs down " + shape_text(want_down) + " and up " + shape_text(want_up) +
+                               hint);
 }
 
 using AlphaReader = std::function<double(const WeightEntry&)>;
@@ -260,8 +263,8 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
             continue;
         }
         // An alpha is one number; F64 ones (some trainers write them) are read as such.
-        const bool float_type = w.dtype == "F32" || w.dtype == "F16" || w.dtype == "BF16" ||
-                                (k.part == Part::alpha && w.dtype == "F64");
+        const bool float_type =
+            w.dtype == "F32" || w.dtype == "F16" || w.dtype == "BF16" || (k.part == Part::alpha && w.dtype == "F64");
         if (!float_type)
             throw lora_error(path, "holds " + key(w.name) + " as " + w.dtype + ", not a float type (F16, BF16 or F32)");
         auto& p = modules[without_processor(k.module)];
@@ -274,7 +277,10 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
     for (const auto& [name, p] : modules) {
         const auto it = table.find(name);
         if (it == table.end() || !p.down || !p.up) {
-            unknown.push_back(name + (p.down && p.up ? "" : !p.down && !p.up ? " (alpha alone)" : !p.down ? " (no down)" : " (no up)"));
+            unknown.push_back(name + (p.down && p.up     ? ""
+                                      : !p.down && !p.up ? " (alpha alone)"
+                                      : !p.down          ? " (no down)"
+                                                         : " (no up)"));
             continue;
         }
         (starts_with(name, "lora_") ? kohya : diffusers) = true;
@@ -349,9 +355,7 @@ LoraFile parse_lora(const std::string& file_bytes, const std::string& path, cons
     } catch (const Error& e) {
         throw as_lora_error(e, path);
     }
-    const AlphaReader alpha = [&](const WeightEntry& w) {
-        return scalar_value(w, file_bytes.data() + w.begin, path);
-    };
+    const AlphaReader alpha = [&](const WeightEntry& w) { return scalar_value(w, file_bytes.data() + w.begin, path); };
     return describe(index, alpha, path, targets);
 }
 
@@ -377,7 +381,8 @@ LoraFile read_lora(const std::string& path, const LoraTargets& targets) {
     const AlphaReader alpha = [&](const WeightEntry& w) {
         char bytes[8] = {};
         const long k = file->find(w.name);
-        if (k >= 0 && w.end - w.begin <= sizeof bytes) file->read({static_cast<size_t>(k)}, [&](size_t) { return bytes; });
+        if (k >= 0 && w.end - w.begin <= sizeof bytes)
+            file->read({static_cast<size_t>(k)}, [&](size_t) { return bytes; });
         return scalar_value(w, bytes, path);
     };
     LoraFile out = describe(index, alpha, path, targets);

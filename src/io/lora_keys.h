@@ -30,11 +30,11 @@ struct LoraModule {
 
 struct LoraFile {
     std::string path;
-    std::string format;    // "kohya" or "diffusers"
+    std::string format;  // "kohya" or "diffusers"
     std::vector<LoraModule> modules;
     // read_lora: the file, open once for its header, hash and (lora_merge.h) tensors.
     std::shared_ptr<TensorReader> file;
-    std::string hash;      // A1111's short hash (lora_short_hash), from that same read
+    std::string hash;  // A1111's short hash (lora_short_hash), from that same read
 };
 
 // The parameters a LoRA may change: the headers of the model's unet.weights and

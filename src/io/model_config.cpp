@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/json_depth.h"
+#include "sd/error.h"
 #include "sd/sampler_catalog.h"
 #include "sd/value_rules.h"
 
@@ -73,7 +73,8 @@ void check_architecture_numbers(const nlohmann::json& a, const std::string& path
     if (a.is_object()) {
         for (const auto& [k, v] : a.items()) check_architecture_numbers(v, path, at + "." + k);
     } else if (a.is_array()) {
-        for (size_t i = 0; i < a.size(); ++i) check_architecture_numbers(a[i], path, at + "[" + std::to_string(i) + "]");
+        for (size_t i = 0; i < a.size(); ++i)
+            check_architecture_numbers(a[i], path, at + "[" + std::to_string(i) + "]");
     } else if (a.is_number()) {
         const double v = a.get<double>();
         if (!std::isfinite(v) || std::fabs(v) > static_cast<double>(kMaxChannels) * 16)
@@ -102,7 +103,9 @@ void read_default_recipe(const nlohmann::json& j, const std::string& path, Model
 // must add up (the vector is built from them before the UNet checks it).
 void read_sdxl(const nlohmann::json& j, const std::string& path, ModelConfig& c) {
     if (!j.contains("sdxl") || !j["sdxl"].is_object())
-        throw Error(path + ": family sdxl needs the \"sdxl\" object (re-export the checkpoint with this build's export_model.py)");
+        throw Error(
+            path +
+            ": family sdxl needs the \"sdxl\" object (re-export the checkpoint with this build's export_model.py)");
     const auto& s = j["sdxl"];
     const std::string at = path + ": sdxl";
     auto& x = c.sdxl;
@@ -114,7 +117,8 @@ void read_sdxl(const nlohmann::json& j, const std::string& path, ModelConfig& c)
     x.adm_in_channels = checked_int(s, "adm_in_channels", 0, 1, kMaxChannels * 8, at, true);
     if (x.size_embedding_dim % 2 != 0) throw Error(at + ": size_embedding_dim must be even (cosines, then sines)");
     if (x.text_encoder_width + x.text_encoder_2_width != c.context_dim)
-        throw Error(at + ": text_encoder_width + text_encoder_2_width must equal context_dim " + std::to_string(c.context_dim));
+        throw Error(at + ": text_encoder_width + text_encoder_2_width must equal context_dim " +
+                    std::to_string(c.context_dim));
     if (x.pooled_dim + 6 * x.size_embedding_dim != x.adm_in_channels)
         throw Error(at + ": adm_in_channels must be pooled_dim + 6 * size_embedding_dim");
 }
@@ -127,11 +131,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     c.dir = dir;
     try {
         auto j = parse_json_limited(json_text, path + ": invalid model.json (nested more than " +
-                                                       std::to_string(kMaxJsonDepth) + " levels deep)");
+                                                   std::to_string(kMaxJsonDepth) + " levels deep)");
         if (!j.is_object()) throw Error(path + ": not a JSON object");
-        if (!j.contains("format") || j["format"] != 1) throw Error(path + ": unsupported model format (expected \"format\": 1)");
+        if (!j.contains("format") || j["format"] != 1)
+            throw Error(path + ": unsupported model format (expected \"format\": 1)");
         c.family = checked_string(j, "family", c.family, path);
-        check_one_of(c.family, {"sd1", "sd2", "sdxl"}, "model family", path, "; export the checkpoint with this build's export_model.py");
+        check_one_of(c.family, {"sd1", "sd2", "sdxl"}, "model family", path,
+                     "; export the checkpoint with this build's export_model.py");
         c.parameterization = checked_string(j, "parameterization", c.parameterization, path);
         check_one_of(c.parameterization, {"eps", "v"}, "parameterization", path);
         c.dtype = checked_string(j, "dtype", c.dtype, path);
@@ -182,7 +188,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
             // The token ids index the text encoder's embedding table.
             if (a.contains("text") && a["text"].is_object() && a["text"].contains("vocab")) {
                 const int vocab = checked_int(a["text"], "vocab", 0, 1, 1 << 24, path + ": architecture.text");
-                for (auto [name, id] : {std::pair<const char*, int>{"bos_id", c.bos_id}, {"eos_id", c.eos_id}, {"pad_id", c.pad_id}})
+                for (auto [name, id] :
+                     {std::pair<const char*, int>{"bos_id", c.bos_id}, {"eos_id", c.eos_id}, {"pad_id", c.pad_id}})
                     if (id >= vocab)
                         throw Error(path + ": " + name + " " + std::to_string(id) + " is outside the text encoder's " +
                                     std::to_string(vocab) + "-token vocabulary");
@@ -194,7 +201,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         auto file = [&](const char* key, const char* def) {
             const std::string name = checked_string(files, key, def, path + ": files");
             if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-                throw Error(path + ": files." + key + " must be a file name inside the model folder, got \"" + name + "\"");
+                throw Error(path + ": files." + key + " must be a file name inside the model folder, got \"" + name +
+                            "\"");
             return join_path(dir, name);
         };
         c.text_encoder_path = file("text_encoder", "text_encoder.pt");
@@ -213,7 +221,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 }
 
 ModelConfig load_model_config(const std::string& dir) {
-    if (!file_exists(dir)) throw Error("model folder " + dir + " does not exist (export one with scripts/export_model.py)");
+    if (!file_exists(dir))
+        throw Error("model folder " + dir + " does not exist (export one with scripts/export_model.py)");
     if (!is_directory(dir))
         throw Error("model path " + dir + " is a file, not a folder (give the folder scripts/export_model.py wrote)");
     const std::string path = join_path(dir, "model.json");

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "sd/error.h"
 #include "io/fs_util.h"
+#include "sd/error.h"
 
 namespace sd {
 
@@ -61,7 +61,8 @@ NpyArray read_npy(const std::string& path) {
     if (descr.size() < 2) throw Error(path + ": .npy header has no dtype");
     a.dtype = descr.substr(1, descr.size() - 2);
     if (a.item_size() == 0) throw Error(path + ": unsupported .npy dtype " + a.dtype);
-    if (field_value(header, "fortran_order").rfind("True", 0) == 0) throw Error(path + ": Fortran-order .npy not supported");
+    if (field_value(header, "fortran_order").rfind("True", 0) == 0)
+        throw Error(path + ": Fortran-order .npy not supported");
     std::string shape = field_value(header, "shape");
     if (shape.empty()) throw Error(path + ": .npy header has no shape");
     std::stringstream ss(shape.substr(1, shape.size() - 2));
@@ -76,10 +77,11 @@ NpyArray read_npy(const std::string& path) {
     return a;
 }
 
-void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape,
-               const void* data, size_t bytes) {
+void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape, const void* data,
+               size_t bytes) {
     std::string dims;
-    for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
+    for (size_t i = 0; i < shape.size(); ++i)
+        dims += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
     std::string header = "{'descr': '" + dtype + "', 'fortran_order': False, 'shape': (" + dims + "), }";
     // Pad so that magic + length + header is a multiple of 64, ending in '\n'.
     size_t total = 10 + header.size() + 1;

@@ -8,13 +8,16 @@
 namespace sd {
 
 struct NpyArray {
-    std::string dtype;            // numpy descr: "<f4", "<i8", "<i4", "|u1"
+    std::string dtype;  // numpy descr: "<f4", "<i8", "<i4", "|u1"
     std::vector<int64_t> shape;
-    std::vector<char> data;       // raw little-endian bytes, C order
+    std::vector<char> data;  // raw little-endian bytes, C order
 
     int64_t numel() const;
     size_t item_size() const;
-    template <class T> const T* as() const { return reinterpret_cast<const T*>(data.data()); }
+    template <class T>
+    const T* as() const {
+        return reinterpret_cast<const T*>(data.data());
+    }
 };
 
 // Throws sd::Error naming the file on any problem (missing, truncated, unsupported).
@@ -22,7 +25,7 @@ NpyArray read_npy(const std::string& path);
 
 // Writes atomically (temporary name, then link) and never replaces anything:
 // throws sd::Error when path exists, or on any other failure.
-void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape,
-               const void* data, size_t bytes);
+void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape, const void* data,
+               size_t bytes);
 
 }  // namespace sd

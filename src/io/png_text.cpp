@@ -79,7 +79,8 @@ uint32_t png_crc32(const uint8_t* data, size_t size, uint32_t crc) {
     return ~crc;
 }
 
-std::vector<uint8_t> png_add_itxt(const std::vector<uint8_t>& png, const std::string& keyword, const std::string& text) {
+std::vector<uint8_t> png_add_itxt(const std::vector<uint8_t>& png, const std::string& keyword,
+                                  const std::string& text) {
     if (keyword.empty() || keyword.size() > 79 || keyword.find('\0') != std::string::npos)
         throw Error("PNG text keyword must be 1-79 characters");
     if (text.find('\0') != std::string::npos) throw Error("PNG text must not contain NUL");
@@ -144,8 +145,7 @@ std::map<std::string, std::string> png_read_text(const uint8_t* png, size_t size
             throw Error("text chunk \"" + printable(key) + "\" holds " + std::to_string(text.size()) +
                         " bytes; the limit is " + std::to_string(limits.per_chunk));
         total += text.size();
-        if (total > limits.total)
-            throw Error("text chunks hold more than " + std::to_string(limits.total) + " bytes");
+        if (total > limits.total) throw Error("text chunks hold more than " + std::to_string(limits.total) + " bytes");
         if (c.type == "tEXt") {
             texts[key] = latin1_to_utf8(text);
         } else {

@@ -32,7 +32,9 @@ namespace sd::stb {
 
 void set_allocation_cap(size_t bytes) { g_alloc_cap = bytes; }
 
-int info(const uint8_t* data, int len, int* w, int* h, int* comp) { return stbi_info_from_memory(data, len, w, h, comp); }
+int info(const uint8_t* data, int len, int* w, int* h, int* comp) {
+    return stbi_info_from_memory(data, len, w, h, comp);
+}
 
 bool is_16_bit(const uint8_t* data, int len) { return stbi_is_16_bit_from_memory(data, len) != 0; }
 

@@ -20,7 +20,7 @@ namespace sd {
 
 namespace {
 
-constexpr uint64_t kMaxHeader = 100u << 20;   // the safetensors format's own limit
+constexpr uint64_t kMaxHeader = 100u << 20;  // the safetensors format's own limit
 // data.pkl of a checkpoint of ~1000 tensors is a few hundred KB; the parse of
 // a pickle this size stays within torch_pickle.cpp's own limits.
 constexpr uint64_t kMaxPickle = 16u << 20;
@@ -50,7 +50,8 @@ void gather(const char* storage, const PickledTensor& t, uint64_t elem, char* ds
             std::memcpy(dst, storage + base * elem, inner * elem);
             dst += inner * elem;
         } else {
-            for (int64_t k = 0; k < inner; ++k, dst += elem) std::memcpy(dst, storage + (base + k * inner_stride) * elem, elem);
+            for (int64_t k = 0; k < inner; ++k, dst += elem)
+                std::memcpy(dst, storage + (base + k * inner_stride) * elem, elem);
         }
         size_t d = dims - 1;
         bool done = true;
@@ -70,7 +71,8 @@ std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 20) - 1)
 
 }  // namespace
 
-TensorReader::TensorReader(const std::string& path, TensorReadOptions options) : path_(path), options_(std::move(options)) {
+TensorReader::TensorReader(const std::string& path, TensorReadOptions options)
+    : path_(path), options_(std::move(options)) {
     size_ = check_regular_file(path_, options_.what);
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0) throw Error(options_.what + " " + path_ + " cannot be read: " + std::strerror(errno));
@@ -79,10 +81,13 @@ TensorReader::TensorReader(const std::string& path, TensorReadOptions options) :
         if (size_ >= 4) read_at(fd_, 0, 4, reinterpret_cast<char*>(head), path_);
         const bool zip = size_ >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0;
         if (!options_.safetensors_only && size_ >= 2 && head[0] == 0x80 && head[1] <= 5)
-            throw Error(path_ + " is in torch.save's format of before PyTorch 1.6, which this tool does not read; "
-                                "save it again with a newer PyTorch or convert it to .safetensors");
-        if (zip && !options_.safetensors_only) open_torch_zip();
-        else open_safetensors();
+            throw Error(path_ +
+                        " is in torch.save's format of before PyTorch 1.6, which this tool does not read; "
+                        "save it again with a newer PyTorch or convert it to .safetensors");
+        if (zip && !options_.safetensors_only)
+            open_torch_zip();
+        else
+            open_safetensors();
     } catch (const std::bad_alloc&) {
         ::close(fd_);
         out_of_memory();
@@ -129,7 +134,8 @@ void TensorReader::open_torch_zip() {
         const size_t slash = r.name.find('/');
         const std::string name = slash == std::string::npos ? r.name : r.name.substr(slash + 1);
         if (name.rfind("code/", 0) == 0 || name == "constants.pkl")
-            throw Error(path_ + " is a TorchScript program, not a file of tensors; refusing to load it (README \"Security\")");
+            throw Error(path_ +
+                        " is a TorchScript program, not a file of tensors; refusing to load it (README \"Security\")");
     }
     if (const ZipRecord* order = zip_->find("byteorder")) {
         char text[8] = {};
@@ -139,14 +145,15 @@ void TensorReader::open_torch_zip() {
     const ZipRecord* pkl = zip_->find("data.pkl");
     if (!pkl) throw Error("cannot read " + path_ + ": a zip archive without data.pkl (not a torch.save file)");
     if (pkl->size > kMaxPickle)
-        throw Error("cannot read " + path_ + ": its data.pkl is " + mib(pkl->size) + ", more than the " + mib(kMaxPickle) +
-                    " this reader takes (a damaged or hostile file?)");
+        throw Error("cannot read " + path_ + ": its data.pkl is " + mib(pkl->size) + ", more than the " +
+                    mib(kMaxPickle) + " this reader takes (a damaged or hostile file?)");
     std::string pickle(pkl->size, '\0');
     zip_->read(*pkl, pkl->size, pickle.data());
     pickled_ = parse_torch_pickle(pickle, path_);
     std::set<std::string> names;
     for (const auto& p : pickled_) {
-        if (!names.insert(p.name).second) throw Error("cannot read " + path_ + ": two tensors named " + printable(p.name));
+        if (!names.insert(p.name).second)
+            throw Error("cannot read " + path_ + ": two tensors named " + printable(p.name));
         uint64_t n = static_cast<uint64_t>(dtype_size(p.dtype));
         for (int64_t d : p.shape) n *= static_cast<uint64_t>(d);  // each size below 2^40 and their product too
         entries_.push_back({p.name, p.dtype, p.shape, n});
@@ -209,7 +216,8 @@ void TensorReader::read(const std::vector<size_t>& which, const std::function<ch
             const uint64_t need = storage_bytes[storage];  // every view fits its declared storage (torch_pickle.cpp)
             const ZipRecord* r = zip_->find("data/" + storage);
             if (!r) throw Error("cannot read " + path_ + ": the storage " + storage + " is missing");
-            if (r->size < need) throw Error("cannot read " + path_ + ": the storage " + storage + " is shorter than its tensors");
+            if (r->size < need)
+                throw Error("cannot read " + path_ + ": the storage " + storage + " is shorter than its tensors");
             // torch.save writes a storage's bytes exactly: a record of another size
             // (a small deflated record that would inflate to gigabytes) is not one.
             if (r->size != need)

@@ -25,17 +25,17 @@ namespace sd {
 class ZipReader;
 
 struct TensorEntry {
-    std::string name;            // safetensors key, or dict keys joined with '.' ("string_to_param.*")
-    std::string dtype;           // a safetensors dtype name (io/weight_file.h dtype_size)
+    std::string name;   // safetensors key, or dict keys joined with '.' ("string_to_param.*")
+    std::string dtype;  // a safetensors dtype name (io/weight_file.h dtype_size)
     std::vector<int64_t> shape;
-    uint64_t bytes = 0;          // contiguous, as read()
+    uint64_t bytes = 0;  // contiguous, as read()
 };
 
 struct TensorReadOptions {
-    std::string what;                     // the file's role in messages: "LoRA file", "--vae", ...
+    std::string what;                        // the file's role in messages: "LoRA file", "--vae", ...
     uint64_t max_bytes = uint64_t{1} << 30;  // memory one read() may take (see above)
-    bool hash = false;                    // compute the SHA-256s while opening
-    bool safetensors_only = false;        // read any file as .safetensors (LoRAs)
+    bool hash = false;                       // compute the SHA-256s while opening
+    bool safetensors_only = false;           // read any file as .safetensors (LoRAs)
 };
 
 class TensorReader {
@@ -81,8 +81,8 @@ private:
     uint64_t size_ = 0;
     bool safetensors_ = false;
     std::vector<TensorEntry> entries_;
-    std::vector<WeightEntry> ranges_;      // .safetensors: byte ranges, by index
-    std::vector<PickledTensor> pickled_;   // torch.save: storages and views, by index
+    std::vector<WeightEntry> ranges_;     // .safetensors: byte ranges, by index
+    std::vector<PickledTensor> pickled_;  // torch.save: storages and views, by index
     std::unique_ptr<ZipReader> zip_;
     std::string sha256_, data_sha256_;
 };

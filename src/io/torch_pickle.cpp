@@ -17,12 +17,12 @@ namespace {
 // (the memo allows it) makes no ownership cycle.
 struct Value {
     enum Kind { None, Bool, Int, Float, Str, Tuple, List, Dict, Global, Storage, Tensor, Opaque } kind = None;
-    int64_t i = 0;               // Int, Bool, Float bits; Storage, Tensor: index into the parser's tensors_
-    std::string s, s2;           // Str: s; Global: module s, name s2
-    std::vector<size_t> items;   // Tuple/List: elements; Dict: key, value, key, value, ...
+    int64_t i = 0;              // Int, Bool, Float bits; Storage, Tensor: index into the parser's tensors_
+    std::string s, s2;          // Str: s; Global: module s, name s2
+    std::vector<size_t> items;  // Tuple/List: elements; Dict: key, value, key, value, ...
 };
 
-constexpr size_t kMaxDepth = 64;     // nesting of containers when collecting tensors
+constexpr size_t kMaxDepth = 64;  // nesting of containers when collecting tensors
 constexpr size_t kMaxDims = 16;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 // Hard limits, each checked before the memory it guards is taken. A real
@@ -31,17 +31,16 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 // hundred times that, and bound a hostile pickle (a run of ')' '0' opcodes, a
 // long string fetched from the memo over and over) to tens of megabytes.
 constexpr size_t kMaxOpcodes = size_t{1} << 24;
-constexpr size_t kMaxStack = size_t{1} << 20;     // stack entries and marks
-constexpr size_t kMaxMemo = size_t{1} << 18;      // memo entries
-constexpr size_t kMaxBytes = size_t{64} << 20;    // values, strings, items and collected tensors together
-constexpr size_t kMaxNameBytes = 1024;            // a tensor's dotted name
+constexpr size_t kMaxStack = size_t{1} << 20;   // stack entries and marks
+constexpr size_t kMaxMemo = size_t{1} << 18;    // memo entries
+constexpr size_t kMaxBytes = size_t{64} << 20;  // values, strings, items and collected tensors together
+constexpr size_t kMaxNameBytes = 1024;          // a tensor's dotted name
 
 std::string storage_dtype(const std::string& name) {
     static const std::unordered_map<std::string, std::string> types = {
-        {"FloatStorage", "F32"}, {"HalfStorage", "F16"},  {"BFloat16Storage", "BF16"},
-        {"DoubleStorage", "F64"}, {"LongStorage", "I64"}, {"IntStorage", "I32"},
-        {"ShortStorage", "I16"},  {"CharStorage", "I8"},  {"ByteStorage", "U8"},
-        {"BoolStorage", "BOOL"}};
+        {"FloatStorage", "F32"}, {"HalfStorage", "F16"}, {"BFloat16Storage", "BF16"}, {"DoubleStorage", "F64"},
+        {"LongStorage", "I64"},  {"IntStorage", "I32"},  {"ShortStorage", "I16"},     {"CharStorage", "I8"},
+        {"ByteStorage", "U8"},   {"BoolStorage", "BOOL"}};
     auto it = types.find(name);
     return it == types.end() ? "" : it->second;
 }
@@ -126,7 +125,8 @@ private:
     }
 
     size_t pop() {
-        if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) fail("the pickle pops an empty stack");
+        if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back()))
+            fail("the pickle pops an empty stack");
         const size_t v = stack_.back();
         stack_.pop_back();
         return v;
@@ -169,7 +169,8 @@ private:
         push(make(std::move(x)));
     }
     void memo_put(uint64_t key) {
-        if (memo_.size() >= kMaxMemo && !memo_.count(key)) fail("more than " + std::to_string(kMaxMemo) + " memo entries");
+        if (memo_.size() >= kMaxMemo && !memo_.count(key))
+            fail("more than " + std::to_string(kMaxMemo) + " memo entries");
         memo_[key] = top();
     }
     void memo_get(uint64_t key) {
@@ -197,7 +198,8 @@ private:
     }
     std::vector<int64_t> ints_of(size_t v, const char* what) {
         if (at(v).kind != Value::Tuple && at(v).kind != Value::List) fail(std::string(what) + " is not a tuple");
-        if (at(v).items.size() > kMaxDims) fail(std::string(what) + " has more than " + std::to_string(kMaxDims) + " dimensions");
+        if (at(v).items.size() > kMaxDims)
+            fail(std::string(what) + " has more than " + std::to_string(kMaxDims) + " dimensions");
         std::vector<int64_t> out;
         for (size_t e : at(v).items) out.push_back(int_of(e, what));
         return out;
@@ -211,7 +213,8 @@ private:
         t.offset = int_of(args[1], "a tensor's offset");
         t.shape = ints_of(args[2], "a tensor's size");
         t.stride = ints_of(args[3], "a tensor's stride");
-        if (t.shape.size() != t.stride.size() || t.shape.size() > kMaxDims) fail("a tensor whose size and stride disagree");
+        if (t.shape.size() != t.stride.size() || t.shape.size() > kMaxDims)
+            fail("a tensor whose size and stride disagree");
         // The last element it reaches must lie inside the storage; every size
         // is bounded first, so the products cannot overflow.
         if (t.offset < 0 || t.offset > kMaxElements) fail("a tensor with a bad offset");
@@ -223,7 +226,8 @@ private:
             if (numel && t.shape[d] > kMaxElements / numel) fail("a tensor with too many elements");
             numel *= t.shape[d];
             if (t.shape[d] > 0) {
-                if (t.stride[d] && t.shape[d] - 1 > (kMaxElements - last) / t.stride[d]) fail("a tensor outside its storage");
+                if (t.stride[d] && t.shape[d] - 1 > (kMaxElements - last) / t.stride[d])
+                    fail("a tensor outside its storage");
                 last += (t.shape[d] - 1) * t.stride[d];
             }
         }
@@ -251,7 +255,8 @@ private:
     // ('storage', torch.FloatStorage, key, location, numel)
     size_t persistent(size_t pid) {
         const Value& p = at(pid);
-        if (p.kind != Value::Tuple || p.items.size() != 5 || at(p.items[0]).kind != Value::Str || at(p.items[0]).s != "storage")
+        if (p.kind != Value::Tuple || p.items.size() != 5 || at(p.items[0]).kind != Value::Str ||
+            at(p.items[0]).s != "storage")
             fail("a persistent reference that is not a storage");
         const Value& type = at(p.items[1]);
         const std::string dtype = type.kind == Value::Global && type.s == "torch" ? storage_dtype(type.s2) : "";
@@ -273,27 +278,40 @@ private:
             if (ops >= kMaxOpcodes) fail("a pickle of more than " + std::to_string(kMaxOpcodes) + " opcodes");
             const auto op = static_cast<unsigned char>(take(1)[0]);
             switch (op) {
-                case 0x80: take(1); break;                        // PROTO
-                case 0x95: take(8); break;                        // FRAME
-                case '.':                                         // STOP
+                case 0x80:
+                    take(1);
+                    break;  // PROTO
+                case 0x95:
+                    take(8);
+                    break;  // FRAME
+                case '.':   // STOP
                     if (stack_.size() != 1 || !marks_.empty()) fail("the pickle does not end with one value");
                     return stack_.back();
-                case '(':                                         // MARK
+                case '(':  // MARK
                     if (marks_.size() >= kMaxStack) fail("more than " + std::to_string(kMaxStack) + " marks");
                     marks_.push_back(stack_.size());
                     break;
-                case 'N': push(make(Value::None)); break;
-                case 0x88: case 0x89: {                           // NEWTRUE, NEWFALSE
+                case 'N':
+                    push(make(Value::None));
+                    break;
+                case 0x88:
+                case 0x89: {  // NEWTRUE, NEWFALSE
                     Value x;
                     x.kind = Value::Bool;
                     x.i = op == 0x88;
                     push(make(std::move(x)));
                     break;
                 }
-                case 'K': push_int(static_cast<int64_t>(unsigned_le(1))); break;
-                case 'M': push_int(static_cast<int64_t>(unsigned_le(2))); break;
-                case 'J': push_int(static_cast<int32_t>(static_cast<uint32_t>(unsigned_le(4)))); break;
-                case 0x8a: {                                      // LONG1
+                case 'K':
+                    push_int(static_cast<int64_t>(unsigned_le(1)));
+                    break;
+                case 'M':
+                    push_int(static_cast<int64_t>(unsigned_le(2)));
+                    break;
+                case 'J':
+                    push_int(static_cast<int32_t>(static_cast<uint32_t>(unsigned_le(4))));
+                    break;
+                case 0x8a: {  // LONG1
                     const size_t n = unsigned_le(1);
                     if (n > 8) fail("an integer too large for this reader");
                     uint64_t v = n ? unsigned_le(n) : 0;
@@ -301,7 +319,7 @@ private:
                     push_int(static_cast<int64_t>(v));
                     break;
                 }
-                case 'G': {                                       // BINFLOAT (big-endian)
+                case 'G': {  // BINFLOAT (big-endian)
                     auto b = take(8);
                     uint64_t bits = 0;
                     for (int k = 0; k < 8; ++k) bits = bits << 8 | static_cast<unsigned char>(b[k]);
@@ -311,23 +329,45 @@ private:
                     push(make(std::move(x)));
                     break;
                 }
-                case 'X': push_str(take(unsigned_le(4))); break;  // BINUNICODE
-                case 0x8c: push_str(take(unsigned_le(1))); break; // SHORT_BINUNICODE
-                case 0x8d: push_str(take(unsigned_le(8))); break; // BINUNICODE8
-                case 'T': push_str(take(unsigned_le(4))); break;  // BINSTRING
-                case 'U': push_str(take(unsigned_le(1))); break;  // SHORT_BINSTRING
-                case 'B': push_str(take(unsigned_le(4))); break;  // BINBYTES
-                case 'C': push_str(take(unsigned_le(1))); break;  // SHORT_BINBYTES
-                case ')': push_tuple({}); break;
-                case 0x85: case 0x86: case 0x87: {                // TUPLE1..3
+                case 'X':
+                    push_str(take(unsigned_le(4)));
+                    break;  // BINUNICODE
+                case 0x8c:
+                    push_str(take(unsigned_le(1)));
+                    break;  // SHORT_BINUNICODE
+                case 0x8d:
+                    push_str(take(unsigned_le(8)));
+                    break;  // BINUNICODE8
+                case 'T':
+                    push_str(take(unsigned_le(4)));
+                    break;  // BINSTRING
+                case 'U':
+                    push_str(take(unsigned_le(1)));
+                    break;  // SHORT_BINSTRING
+                case 'B':
+                    push_str(take(unsigned_le(4)));
+                    break;  // BINBYTES
+                case 'C':
+                    push_str(take(unsigned_le(1)));
+                    break;  // SHORT_BINBYTES
+                case ')':
+                    push_tuple({});
+                    break;
+                case 0x85:
+                case 0x86:
+                case 0x87: {  // TUPLE1..3
                     std::vector<size_t> items(op - 0x84);
                     for (size_t k = items.size(); k-- > 0;) items[k] = pop();
                     push_tuple(std::move(items));
                     break;
                 }
-                case 't': push_tuple(pop_to_mark()); break;
-                case ']': push(make(Value::List)); break;
-                case 'l': {                                       // LIST
+                case 't':
+                    push_tuple(pop_to_mark());
+                    break;
+                case ']':
+                    push(make(Value::List));
+                    break;
+                case 'l': {  // LIST
                     auto items = pop_to_mark();
                     Value x;
                     x.kind = Value::List;
@@ -335,73 +375,90 @@ private:
                     push(make(std::move(x)));
                     break;
                 }
-                case '}': push(make(Value::Dict)); break;
-                case 'd': {                                       // DICT
+                case '}':
+                    push(make(Value::Dict));
+                    break;
+                case 'd': {  // DICT
                     auto kv = pop_to_mark();
                     const size_t d = make(Value::Dict);
                     set_items(d, kv);
                     push(d);
                     break;
                 }
-                case 'a': {                                       // APPEND
+                case 'a': {  // APPEND
                     const size_t v = pop();
                     append_items(top(), {v});
                     break;
                 }
-                case 'e': {                                       // APPENDS
+                case 'e': {  // APPENDS
                     auto items = pop_to_mark();
                     append_items(top(), items);
                     break;
                 }
-                case 's': {                                       // SETITEM
+                case 's': {  // SETITEM
                     const size_t v = pop();
                     const size_t k = pop();
                     set_items(top(), {k, v});
                     break;
                 }
-                case 'u': {                                       // SETITEMS
+                case 'u': {  // SETITEMS
                     auto kv = pop_to_mark();
                     set_items(top(), kv);
                     break;
                 }
-                case 'c': {                                       // GLOBAL "module\nname\n"
+                case 'c': {  // GLOBAL "module\nname\n"
                     std::string module = line();
                     std::string name = line();
                     push_global(std::move(module), std::move(name));
                     break;
                 }
-                case 0x93: {                                      // STACK_GLOBAL
+                case 0x93: {  // STACK_GLOBAL
                     const size_t name = pop();
                     const size_t module = pop();
                     if (at(module).kind != Value::Str || at(name).kind != Value::Str) fail("a global without a name");
                     push_global(at(module).s, at(name).s);
                     break;
                 }
-                case 'R': {                                       // REDUCE
+                case 'R': {  // REDUCE
                     const size_t args = pop();
                     const size_t fn = pop();
                     push(call(fn, args));
                     break;
                 }
-                case 0x81: {                                      // NEWOBJ: an object of some class
+                case 0x81: {  // NEWOBJ: an object of some class
                     pop();
                     pop();
                     push(make(Value::Opaque));
                     break;
                 }
-                case 'b': pop(); top(); break;                    // BUILD: object state, not kept
-                case 'Q': {                                       // BINPERSID
+                case 'b':
+                    pop();
+                    top();
+                    break;   // BUILD: object state, not kept
+                case 'Q': {  // BINPERSID
                     const size_t pid = pop();
                     push(persistent(pid));
                     break;
                 }
-                case 'q': memo_put(unsigned_le(1)); break;        // BINPUT
-                case 'r': memo_put(unsigned_le(4)); break;        // LONG_BINPUT
-                case 0x94: memo_put(memo_.size()); break;         // MEMOIZE
-                case 'h': memo_get(unsigned_le(1)); break;        // BINGET
-                case 'j': memo_get(unsigned_le(4)); break;        // LONG_BINGET
-                case '0': pop(); break;                           // POP
-                case '2': {                                       // DUP
+                case 'q':
+                    memo_put(unsigned_le(1));
+                    break;  // BINPUT
+                case 'r':
+                    memo_put(unsigned_le(4));
+                    break;  // LONG_BINPUT
+                case 0x94:
+                    memo_put(memo_.size());
+                    break;  // MEMOIZE
+                case 'h':
+                    memo_get(unsigned_le(1));
+                    break;  // BINGET
+                case 'j':
+                    memo_get(unsigned_le(4));
+                    break;  // LONG_BINGET
+                case '0':
+                    pop();
+                    break;   // POP
+                case '2': {  // DUP
                     const size_t v = top();
                     push(v);
                     break;
@@ -440,13 +497,16 @@ private:
                 break;
             }
             case Value::Dict:
-                for (size_t k = 0; k + 1 < x.items.size(); k += 2) collect(x.items[k + 1], child(key_text(x.items[k])), depth + 1, out);
+                for (size_t k = 0; k + 1 < x.items.size(); k += 2)
+                    collect(x.items[k + 1], child(key_text(x.items[k])), depth + 1, out);
                 break;
             case Value::List:
             case Value::Tuple:
-                for (size_t k = 0; k < x.items.size(); ++k) collect(x.items[k], child(std::to_string(k)), depth + 1, out);
+                for (size_t k = 0; k < x.items.size(); ++k)
+                    collect(x.items[k], child(std::to_string(k)), depth + 1, out);
                 break;
-            default: break;
+            default:
+                break;
         }
     }
 };

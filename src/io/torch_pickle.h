@@ -13,11 +13,11 @@
 namespace sd {
 
 struct PickledTensor {
-    std::string name;            // dict keys (and list indices) from the top, joined with '.'
-    std::string storage;         // the archive record under data/ that holds its bytes
-    std::string dtype;           // a safetensors dtype name (io/weight_file.h dtype_size)
-    int64_t storage_numel = 0;   // elements the storage holds, as the pickle says
-    int64_t offset = 0;          // in elements
+    std::string name;           // dict keys (and list indices) from the top, joined with '.'
+    std::string storage;        // the archive record under data/ that holds its bytes
+    std::string dtype;          // a safetensors dtype name (io/weight_file.h dtype_size)
+    int64_t storage_numel = 0;  // elements the storage holds, as the pickle says
+    int64_t offset = 0;         // in elements
     std::vector<int64_t> shape, stride;
 };
 

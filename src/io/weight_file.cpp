@@ -5,9 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sd/error.h"
 #include "io/fs_util.h"
 #include "io/printable.h"
+#include "sd/error.h"
 
 namespace sd {
 
@@ -59,7 +59,8 @@ uint64_t header_length(const unsigned char* len_bytes, uint64_t size, const std:
 }
 
 // The entries of a header (its JSON text) in a file of `size` bytes.
-std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, const std::string& path, WeightUse use) {
+std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, const std::string& path,
+                                      WeightUse use) {
     const uint64_t data_start = 8 + header.size(), data_size = size - data_start;
     nlohmann::json index;
     try {
@@ -74,7 +75,9 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         const std::string& name = item.key();
         const auto& e = item.value();
         if (name == "__metadata__") continue;
-        const auto bad = [&](const std::string& why) { return corrupt(path, "tensor '" + printable(name) + "': " + why); };
+        const auto bad = [&](const std::string& why) {
+            return corrupt(path, "tensor '" + printable(name) + "': " + why);
+        };
         if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
             throw bad("needs dtype, shape and data_offsets");
         const auto& dtype = e["dtype"];
@@ -101,7 +104,8 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
         if (begin > end || end > data_size) throw bad("data_offsets past the end of the file");
         if (end - begin != count * elem) throw bad("data_offsets do not match its shape and dtype");
-        if (use == WeightUse::Mapped && (data_start + begin) % elem != 0) throw bad("data not aligned to its element size");
+        if (use == WeightUse::Mapped && (data_start + begin) % elem != 0)
+            throw bad("data not aligned to its element size");
         w.begin = data_start + begin;
         w.end = data_start + end;
         out.push_back(std::move(w));

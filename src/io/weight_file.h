@@ -12,7 +12,7 @@ namespace sd {
 
 struct WeightEntry {
     std::string name;
-    std::string dtype;            // "F32", "F16" or "BF16" (any dtype_size name for WeightUse::AnyDtype)
+    std::string dtype;  // "F32", "F16" or "BF16" (any dtype_size name for WeightUse::AnyDtype)
     std::vector<int64_t> shape;
     uint64_t begin = 0, end = 0;  // byte range in the file (not in the data section)
 };

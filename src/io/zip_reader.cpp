@@ -28,7 +28,8 @@ uint64_t le(const char* p, int n) {
 
 void read_at(int fd, uint64_t offset, uint64_t n, char* dst, const std::string& path) {
     while (n > 0) {
-        const ssize_t got = ::pread(fd, dst, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), static_cast<off_t>(offset));
+        const ssize_t got =
+            ::pread(fd, dst, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), static_cast<off_t>(offset));
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) throw Error("cannot read " + path + ": " + std::strerror(errno));
         if (got == 0) throw Error("cannot read " + path + ": the file ends early (truncated?)");
@@ -38,7 +39,8 @@ void read_at(int fd, uint64_t offset, uint64_t n, char* dst, const std::string& 
     }
 }
 
-ZipReader::ZipReader(int fd, uint64_t file_size, const std::string& path) : fd_(fd), file_size_(file_size), path_(path) {
+ZipReader::ZipReader(int fd, uint64_t file_size, const std::string& path)
+    : fd_(fd), file_size_(file_size), path_(path) {
     const auto bad = [&](const std::string& why) {
         return Error("cannot read " + path_ + ": not a valid zip archive of tensors (" + why + ")");
     };
@@ -74,7 +76,8 @@ ZipReader::ZipReader(int fd, uint64_t file_size, const std::string& path) : fd_(
     for (uint64_t k = 0; k < count; ++k) {
         if (dir_size - p < 46 || dir.compare(p, 4, "PK\x01\x02") != 0) throw bad("a damaged central directory");
         const char* c = dir.data() + p;
-        const uint64_t flags = le(c + 8, 2), name_len = le(c + 28, 2), extra_len = le(c + 30, 2), comment_len = le(c + 32, 2);
+        const uint64_t flags = le(c + 8, 2), name_len = le(c + 28, 2), extra_len = le(c + 30, 2),
+                       comment_len = le(c + 32, 2);
         if (dir_size - p - 46 < name_len + extra_len + comment_len) throw bad("a damaged central directory");
         ZipRecord r;
         r.method = static_cast<uint16_t>(le(c + 10, 2));

@@ -12,11 +12,11 @@
 namespace sd {
 
 struct ZipRecord {
-    std::string name;              // as stored, e.g. "archive/data.pkl"
-    uint64_t header_offset = 0;    // of its local header
+    std::string name;            // as stored, e.g. "archive/data.pkl"
+    uint64_t header_offset = 0;  // of its local header
     uint64_t compressed_size = 0;
-    uint64_t size = 0;             // uncompressed, as the central directory says
-    uint16_t method = 0;           // 0 stored, 8 deflated
+    uint64_t size = 0;    // uncompressed, as the central directory says
+    uint16_t method = 0;  // 0 stored, 8 deflated
 };
 
 class ZipReader {

@@ -8,10 +8,10 @@
 namespace sd::kernels {
 
 // Each instruction-set build of attention_kernel_isa.cpp defines these.
-#define SD_DECLARE_ISA(ns)                                                 \
-    namespace ns {                                                         \
-    void pack(const AttentionProblem&, int64_t, int64_t);                  \
-    void attend(const AttentionProblem&, int64_t, int64_t);                \
+#define SD_DECLARE_ISA(ns)                                  \
+    namespace ns {                                          \
+    void pack(const AttentionProblem&, int64_t, int64_t);   \
+    void attend(const AttentionProblem&, int64_t, int64_t); \
     }
 SD_DECLARE_ISA(avx512)
 SD_DECLARE_ISA(avx2)
@@ -25,9 +25,7 @@ int64_t packed_head_floats(const AttentionProblem& p) { return padded_keys(p.m) 
 
 int64_t packed_floats(const AttentionProblem& p) { return p.batch * p.heads * packed_head_floats(p); }
 
-int64_t attention_tasks(const AttentionProblem& p) {
-    return p.batch * p.heads * ((p.n + kQueryTile - 1) / kQueryTile);
-}
+int64_t attention_tasks(const AttentionProblem& p) { return p.batch * p.heads * ((p.n + kQueryTile - 1) / kQueryTile); }
 
 namespace {
 

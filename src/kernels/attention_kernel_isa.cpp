@@ -34,10 +34,10 @@ inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
 // to about 1e-38, which adds nothing visible to a row sum that holds a 1.
 inline Vec exp_nonpositive(Vec x) {
     x = vmax(x, splat(-87.0f));
-    const Vec t = x * 1.44269504088896341f - 0.5f;    // x log2(e), rounded below
-    IVec n = __builtin_convertvector(t, IVec);  // truncates toward zero
-    n += __builtin_convertvector(n, Vec) > t;   // true is -1: floor for negative t
-    n += 1;                                     // floor(t) + 1 = round(x log2 e)
+    const Vec t = x * 1.44269504088896341f - 0.5f;  // x log2(e), rounded below
+    IVec n = __builtin_convertvector(t, IVec);      // truncates toward zero
+    n += __builtin_convertvector(n, Vec) > t;       // true is -1: floor for negative t
+    n += 1;                                         // floor(t) + 1 = round(x log2 e)
     const Vec nf = __builtin_convertvector(n, Vec);
     const Vec r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;
     Vec p = splat(1.0f / 5040);
@@ -111,12 +111,20 @@ template <int R>
 void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t keys, float* o) {
     const int64_t vecs = dp / W;
     int64_t i = 0;
-    for (; i + kValueVecs <= vecs; i += kValueVecs) value_block<R, kValueVecs>(p, p_row, v + i * W, dp, keys, o + i * W);
+    for (; i + kValueVecs <= vecs; i += kValueVecs)
+        value_block<R, kValueVecs>(p, p_row, v + i * W, dp, keys, o + i * W);
     switch (vecs - i) {
-        case 3: value_block<R, 3>(p, p_row, v + i * W, dp, keys, o + i * W); break;
-        case 2: value_block<R, 2>(p, p_row, v + i * W, dp, keys, o + i * W); break;
-        case 1: value_block<R, 1>(p, p_row, v + i * W, dp, keys, o + i * W); break;
-        default: break;
+        case 3:
+            value_block<R, 3>(p, p_row, v + i * W, dp, keys, o + i * W);
+            break;
+        case 2:
+            value_block<R, 2>(p, p_row, v + i * W, dp, keys, o + i * W);
+            break;
+        case 1:
+            value_block<R, 1>(p, p_row, v + i * W, dp, keys, o + i * W);
+            break;
+        default:
+            break;
     }
 }
 
@@ -160,7 +168,7 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
         std::fill(row_max.begin(), row_max.end(), neg_inf);
         std::fill(row_sum.begin(), row_sum.end(), 0.0f);
         for (int64_t j0 = 0; j0 < m_pad; j0 += key_tile) {
-            const int64_t keys = std::min(key_tile, m_pad - j0);   // a multiple of 2W
+            const int64_t keys = std::min(key_tile, m_pad - j0);  // a multiple of 2W
             const int64_t valid = std::min(keys, p.m - j0);
             for (int64_t r = 0; r < rows_pad; r += kRows)
                 for (int64_t j = 0; j < keys; j += 2 * W) {

@@ -49,10 +49,10 @@ std::shared_ptr<const Primitive> primitive_for(int64_t rows, int64_t in, int64_t
     p.weights = md({out, in}, dt::f32, tag::ab);
     p.bias = has_bias ? md({out}, dt::f32, tag::a) : md();
     p.dst = md({rows, out}, dt::f32, tag::ab);
-    const auto d = has_bias ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src,
-                                                                p.weights, p.bias, p.dst)
-                            : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src,
-                                                                p.weights, p.dst);
+    const auto d =
+        has_bias
+            ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src, p.weights, p.bias, p.dst)
+            : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src, p.weights, p.dst);
     p.ip = dnnl::inner_product_forward(dnnl::inner_product_forward::primitive_desc(d, cpu_engine()));
     cache.emplace(key, made);
     return made;
@@ -70,8 +70,7 @@ bool linear_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_
         dnnl::memory src(p.src, eng, const_cast<float*>(x));
         dnnl::memory wei(p.weights, eng, const_cast<float*>(w));
         dnnl::memory dst(p.dst, eng, y);
-        std::unordered_map<int, dnnl::memory> args{
-            {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+        std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
         if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, eng, const_cast<float*>(bias)));
         dnnl::stream s(eng);
         p.ip.execute(s, args);

@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sd/error.h"
 #include "io/weight_file.h"
+#include "sd/error.h"
 
 namespace sd {
 
@@ -94,28 +94,38 @@ double parse_size(const std::string& text) {
     std::string unit = t.substr(pos);
     for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     double mult = 1;
-    if (unit.empty() || unit == "B") mult = 1;
-    else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
-    else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
-    else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
-    else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
-    else throw Error("invalid memory size '" + text + "' (e.g. 4G, 3500M)");
+    if (unit.empty() || unit == "B")
+        mult = 1;
+    else if (unit == "K" || unit == "KB" || unit == "KIB")
+        mult = 1024.0;
+    else if (unit == "M" || unit == "MB" || unit == "MIB")
+        mult = 1024.0 * 1024;
+    else if (unit == "G" || unit == "GB" || unit == "GIB")
+        mult = 1024.0 * 1024 * 1024;
+    else if (unit == "T" || unit == "TB" || unit == "TIB")
+        mult = 1024.0 * 1024 * 1024 * 1024;
+    else
+        throw Error("invalid memory size '" + text + "' (e.g. 4G, 3500M)");
     if (!(v > 0) || !std::isfinite(v)) throw Error("invalid memory size '" + text + "' (must be positive)");
     return v * mult;
 }
 
 std::string format_size(double bytes) {
     char buf[32];
-    if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-    else std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / (1024.0 * 1024));
+    if (bytes >= 1024.0 * 1024 * 1024)
+        std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    else
+        std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / (1024.0 * 1024));
     return buf;
 }
 
 // A budget a user can type, rounded up: "3.6G" or "700M".
 static std::string suggest_size(double bytes) {
     char buf[32];
-    if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1fG", std::ceil(bytes / (0.1 * 1024 * 1024 * 1024)) / 10);
-    else std::snprintf(buf, sizeof buf, "%.0fM", std::ceil(bytes / (1024.0 * 1024)));
+    if (bytes >= 1024.0 * 1024 * 1024)
+        std::snprintf(buf, sizeof buf, "%.1fG", std::ceil(bytes / (0.1 * 1024 * 1024 * 1024)) / 10);
+    else
+        std::snprintf(buf, sizeof buf, "%.0fM", std::ceil(bytes / (1024.0 * 1024)));
     return buf;
 }
 
@@ -183,7 +193,8 @@ MemoryModel memory_model(const ModelConfig& c) {
             skip += res_blocks * ch * area;
             if (level + 1 < mult.size()) skip += ch * area / 4.0;
             const int ds = 1 << level;
-            if (m.attn_level < 0 && std::find(attn.begin(), attn.end(), ds) != attn.end()) m.attn_level = static_cast<int>(level);
+            if (m.attn_level < 0 && std::find(attn.begin(), attn.end(), ds) != attn.end())
+                m.attn_level = static_cast<int>(level);
         }
         m.unet_skip_floats = skip;
         // The first output block's conv: the deepest skip concatenated in, 3x3, fp32.
@@ -324,7 +335,8 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double th = p.vae_tile > 0 ? std::min<double>(h, p.vae_tile) : h;
     const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
     const double pixels = th * tw * m.downsample * m.downsample;
-    p.vae.activations = pixels * 4.0 * (kVaeFloatsPerChannel + (p.prepack ? kVaePrepackFloatsPerChannel : 0.0)) * m.vae_ch;
+    p.vae.activations =
+        pixels * 4.0 * (kVaeFloatsPerChannel + (p.prepack ? kVaePrepackFloatsPerChannel : 0.0)) * m.vae_ch;
     p.vae.scores = p.attention_mode == AttentionMode::Fused
                        ? fused_bytes(1, th * tw, m.vae_mid_channels, 6.0)
                        : score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
@@ -344,11 +356,12 @@ std::string MemoryPlan::describe() const {
     row("text encoder", text);
     row("unet        ", unet);
     row("vae decoder ", vae);
-    o << "  stage loading: " << (sequential ? "sequential (one stage in memory at a time)" : "all stages resident") << "\n";
-    o << "  attention: " << attention_name() << ", UNet rows per pass: " << unet_rows
-      << ", VAE: "
-      << (taesd ? std::string("TAESD, whole image")
-                : vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px" : std::string("whole image"))
+    o << "  stage loading: " << (sequential ? "sequential (one stage in memory at a time)" : "all stages resident")
+      << "\n";
+    o << "  attention: " << attention_name() << ", UNet rows per pass: " << unet_rows << ", VAE: "
+      << (taesd          ? std::string("TAESD, whole image")
+          : vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px"
+                         : std::string("whole image"))
       << "\n";
     o << "  compute: " << compute << (prepack ? ", convolutions prepacked" : "") << "\n";
     o << "  feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
@@ -364,7 +377,8 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
     std::vector<bool> seq_options = r.sequential ? std::vector<bool>{*r.sequential} : std::vector<bool>{false, true};
     std::vector<bool> prepack_options = r.prepack ? std::vector<bool>{*r.prepack} : std::vector<bool>{true, false};
     std::vector<int> rows_options;  // halving the UNet pass down to one row
-    if (r.unet_rows) rows_options = {*r.unet_rows};
+    if (r.unet_rows)
+        rows_options = {*r.unet_rows};
     else
         for (int rows = full_rows;; rows = rows > 2 ? 2 * ((rows + 3) / 4) : 1) {
             rows_options.push_back(rows);
@@ -376,11 +390,17 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
                                                          : std::vector<int>{0, 64, 32, 16};
     std::vector<AttentionSetting> attn_options;
     if (r.attention && r.attention->mode == AttentionMode::Fused && !m.fused_attention)
-        throw Error("--attention fused: this model folder was exported before the fused attention operator; "
-                    "export the checkpoint again with this build's scripts/export_model.py");
-    if (r.attention) attn_options = {*r.attention};
-    else attn_options = {{AttentionMode::Chunked, 256}, {AttentionMode::Chunked, 128}, {AttentionMode::Chunked, 64},
-                         {AttentionMode::Chunked, 32}, {AttentionMode::Chunked, 16}};
+        throw Error(
+            "--attention fused: this model folder was exported before the fused attention operator; "
+            "export the checkpoint again with this build's scripts/export_model.py");
+    if (r.attention)
+        attn_options = {*r.attention};
+    else
+        attn_options = {{AttentionMode::Chunked, 256},
+                        {AttentionMode::Chunked, 128},
+                        {AttentionMode::Chunked, 64},
+                        {AttentionMode::Chunked, 32},
+                        {AttentionMode::Chunked, 16}};
     // Fused first where the modules have it: the fastest, and as small as chunked:320.
     if (!r.attention && m.fused_attention) attn_options.insert(attn_options.begin(), {AttentionMode::Fused, 0});
 
@@ -410,12 +430,14 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
                             smallest = p;
                         }
                     }
-    throw Error("not enough memory: the budget is " + format_size(r.budget) + " but the smallest plan (" +
-                (smallest.sequential ? std::string("sequential loading, ") : std::string("resident stages, ")) +
-                (smallest.prepack ? "prepacked convolutions, " : "") + smallest.attention_name() + " attention, " + std::to_string(smallest.unet_rows) + " UNet rows, " +
-                (smallest.vae_tile ? "VAE tiles of " + std::to_string(smallest.vae_tile) : std::string("whole-image VAE")) +
-                ") needs about " + format_size(smallest_peak) + "; use --max-memory " + suggest_size(smallest_peak) +
-                " or more" + (r.half_weights ? "" : ", --weights fp16") + " or a smaller image");
+    throw Error(
+        "not enough memory: the budget is " + format_size(r.budget) + " but the smallest plan (" +
+        (smallest.sequential ? std::string("sequential loading, ") : std::string("resident stages, ")) +
+        (smallest.prepack ? "prepacked convolutions, " : "") + smallest.attention_name() + " attention, " +
+        std::to_string(smallest.unet_rows) + " UNet rows, " +
+        (smallest.vae_tile ? "VAE tiles of " + std::to_string(smallest.vae_tile) : std::string("whole-image VAE")) +
+        ") needs about " + format_size(smallest_peak) + "; use --max-memory " + suggest_size(smallest_peak) +
+        " or more" + (r.half_weights ? "" : ", --weights fp16") + " or a smaller image");
 }
 
 }  // namespace sd

@@ -14,14 +14,14 @@ namespace sd {
 // What the user fixed; unset fields are the planner's to choose.
 struct MemoryRequest {
     int height = 512, width = 512;
-    int images = 1;                 // images in the largest batch of the run
-    bool guidance = true;           // scale != 1: the UNet sees 2 rows per image
-    double budget = 0;              // bytes; 0: what the machine has available
-    std::optional<bool> sequential;           // --sequential-load on|off
+    int images = 1;                             // images in the largest batch of the run
+    bool guidance = true;                       // scale != 1: the UNet sees 2 rows per image
+    double budget = 0;                          // bytes; 0: what the machine has available
+    std::optional<bool> sequential;             // --sequential-load on|off
     std::optional<AttentionSetting> attention;  // --attention, unless auto
-    std::optional<int> unet_rows;             // rows per UNet pass (2 per image with guidance)
-    std::optional<int> vae_tile;              // latent tile edge; 0 = no tiling
-    bool half_weights = false;                // --weights fp16: UNet and VAE weights held in fp16
+    std::optional<int> unet_rows;               // rows per UNet pass (2 per image with guidance)
+    std::optional<int> vae_tile;                // latent tile edge; 0 = no tiling
+    bool half_weights = false;                  // --weights fp16: UNet and VAE weights held in fp16
     // --prepack; false where it cannot apply (not fp32 on a CPU), unset: on when it fits.
     std::optional<bool> prepack;
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
@@ -31,12 +31,12 @@ struct MemoryRequest {
 // Architecture constants of the memory model, read from model.json.
 struct MemoryModel {
     double text_weights = 0, unet_weights = 0, vae_weights = 0;  // bytes (sizes of the .pt files)
-    bool half_file = false;        // the .pt files hold fp16 weights
+    bool half_file = false;                                      // the .pt files hold fp16 weights
     int latent_channels = 4, downsample = 8;
     int model_channels = 320;
-    double unet_skip_floats = 0;   // floats per latent pixel held in the UNet's skip list, per row
+    double unet_skip_floats = 0;  // floats per latent pixel held in the UNet's skip list, per row
     double unet_largest_conv_bytes = 0;
-    int attn_level = 0;            // finest UNet level with attention (-1: none)
+    int attn_level = 0;  // finest UNet level with attention (-1: none)
     int attn_heads = 8;
     int attn_channels = 320;       // q/k/v width at that level
     bool fused_attention = false;  // the modules have the fused operator (model.json)

@@ -26,16 +26,18 @@ std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, cons
                       format_size(static_cast<double>(m.encode_kept)).c_str(), t.encode_load, t.last_encode);
         out += buf;
     }
-    std::snprintf(buf, sizeof buf,
-                  "sd-txt2img: timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded "
-                  "in %.2f s, start to first step %.2f s, last decode %.2f s\n",
-                  t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step, t.last_decode);
+    std::snprintf(
+        buf, sizeof buf,
+        "sd-txt2img: timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded "
+        "in %.2f s, start to first step %.2f s, last decode %.2f s\n",
+        t.text_load, t.unet_load, t.vae_load, t.first_text_encode, t.start_to_first_step, t.last_decode);
     out += buf;
     out += "sd-txt2img: allocator: " + std::to_string(m.reused_blocks) + " of " + std::to_string(m.large_blocks) +
            " large blocks reused\n";
     // Rows per evaluation and image: 2 with guidance, 1 at --scale 1 (the cond alone).
-    out += "sd-txt2img: unet: " + std::to_string(m.unet_evaluations) + " model evaluations, " + std::to_string(m.unet_rows) +
-           " UNet rows, " + std::to_string(m.text_rows) + " text encoder rows (last batch)\n";
+    out += "sd-txt2img: unet: " + std::to_string(m.unet_evaluations) + " model evaluations, " +
+           std::to_string(m.unet_rows) + " UNet rows, " + std::to_string(m.text_rows) +
+           " text encoder rows (last batch)\n";
     return out;
 }
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "sd/error.h"
-#include "sd/version.h"
 #include "sd/loras.h"
+#include "sd/version.h"
 #include "text/prompt_weights.h"
 
 namespace sd {
@@ -97,7 +97,8 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     }
     item.seed = o.seed;
     if (item.seed && job.seed_mode != SeedMode::per_image)
-        throw Error(item.where + ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
+        throw Error(item.where +
+                    ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
     set_negative_prompt(item.settings, item.negative_prompt, item.where);
     item.settings.loras = loras_of(job, item);
     if (item.settings.prompt_weights) {
@@ -141,7 +142,8 @@ const char* seed_mode_name(SeedMode mode) { return mode == SeedMode::per_image ?
 
 void check_name_pattern(const std::string& pattern) {
     if (pattern.empty()) throw Error("--name must not be empty");
-    if (pattern.find('/') != std::string::npos) throw Error("--name \"" + pattern + "\" must be a file name, without '/'");
+    if (pattern.find('/') != std::string::npos)
+        throw Error("--name \"" + pattern + "\" must be a file name, without '/'");
     for (size_t i = 0; i < pattern.size(); ++i) {
         if (pattern[i] == '}') throw Error("--name \"" + pattern + "\": '}' without '{'");
         if (pattern[i] != '{') continue;
@@ -149,7 +151,8 @@ void check_name_pattern(const std::string& pattern) {
         if (end == std::string::npos) throw Error("--name \"" + pattern + "\": '{' without '}'");
         const std::string key = pattern.substr(i + 1, end - i - 1);
         if (key != "index" && key != "seed" && key != "prompt")
-            throw Error("--name \"" + pattern + "\": unknown placeholder {" + key + "} (use {index}, {seed}, {prompt})");
+            throw Error("--name \"" + pattern + "\": unknown placeholder {" + key +
+                        "} (use {index}, {seed}, {prompt})");
         i = end;
     }
 }
@@ -228,7 +231,8 @@ std::string ti_hashes(const PromptItem& item, const std::vector<EmbeddingInfo>& 
 // SHA-256, which --from-png compares with the pictures it is given.
 std::string init_image_text(const InitImage& init) {
     if (!init.active()) return "";
-    std::string text = ", Denoising strength: " + format_number(init.strength) + ", Init image hash: " + init.image_hash;
+    std::string text =
+        ", Denoising strength: " + format_number(init.strength) + ", Init image hash: " + init.image_hash;
     if (!init.mask.empty()) text += ", Mask hash: " + init.mask_hash;
     if (init.mask_blur > 0) text += ", Mask blur: " + std::to_string(init.mask_blur);
     if (init.invert_mask) text += ", Mask mode: Inpaint not masked";
@@ -274,7 +278,8 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
     // compvis: the run's seed alone does not say which noise this image got; its batch does.
     if (mode == SeedMode::compvis)
-        text += ", Batch size: " + std::to_string(img.batch_size) + ", Batch position: " + std::to_string(img.position) +
+        text += ", Batch size: " + std::to_string(img.batch_size) +
+                ", Batch position: " + std::to_string(img.position) +
                 ", Batch number: " + std::to_string(img.batch_number);
     text += std::string(", Version: ") + kVersionName;
     return text;
@@ -288,17 +293,21 @@ RunPlan plan_run(const Txt2ImgJob& job) {
     const bool per_image = job.seed_mode == SeedMode::per_image;
     const bool sharded = job.shard.n != 1 || job.shard.k != 0;
     if (job.shard.n < 1 || job.shard.k < 0 || job.shard.k >= job.shard.n)
-        throw Error("--shard K/N needs 0 <= K < N, got " + std::to_string(job.shard.k) + "/" + std::to_string(job.shard.n));
+        throw Error("--shard K/N needs 0 <= K < N, got " + std::to_string(job.shard.k) + "/" +
+                    std::to_string(job.shard.n));
     if (sharded && !per_image)
         throw Error("--shard needs --seed-mode per-image (with compvis seeds every image depends on all earlier ones)");
     if (sharded && !job.from_file) throw Error("--shard splits a prompt file: use it with --from-file");
     if (job.skip_existing && !per_image)
-        throw Error("--skip-existing needs --seed-mode per-image (with compvis seeds a resumed run cannot give the same images)");
+        throw Error(
+            "--skip-existing needs --seed-mode per-image (with compvis seeds a resumed run cannot give the same "
+            "images)");
     // --lora's files go into the PNG text as <lora:NAME:W> tags: a NAME holding the tag's syntax
     // would be read back by --from-png as another file and weight ("we:0.5" as "we" at 0.5).
     for (const auto& l : job.loras)
         if (l.name.find_first_of(":<>") != std::string::npos)
-            throw Error("--lora " + l.path + ": its name \"" + l.name + "\" holds ':', '<' or '>', which a <lora:NAME:WEIGHT> " +
+            throw Error("--lora " + l.path + ": its name \"" + l.name +
+                        "\" holds ':', '<' or '>', which a <lora:NAME:WEIGHT> " +
                         "tag in the image's text cannot carry (it would be remade with another file); rename the file");
     // Resuming and sharding need names that depend only on the image: {index} unless told otherwise.
     std::string pattern = job.name_pattern;
@@ -307,7 +316,8 @@ RunPlan plan_run(const Txt2ImgJob& job) {
 
     RunPlan plan;
     if (job.from_file) {
-        for (size_t i = 0; i < job.prompts.size(); ++i) plan.items.push_back(resolve_item(job, job.prompts[i], static_cast<int>(i)));
+        for (size_t i = 0; i < job.prompts.size(); ++i)
+            plan.items.push_back(resolve_item(job, job.prompts[i], static_cast<int>(i)));
     } else {
         // One prompt: a batch is n_samples copies of it (CompVis).
         for (int i = 0; i < job.n_samples; ++i) plan.items.push_back(resolve_item(job, job.prompts.front(), i));
@@ -318,7 +328,8 @@ RunPlan plan_run(const Txt2ImgJob& job) {
     const size_t cap = per_image ? 1 : static_cast<size_t>(job.n_samples);
     std::vector<std::vector<int>> groups;
     for (int i = 0; i < static_cast<int>(plan.items.size()); ++i) {
-        if (!groups.empty() && groups.back().size() < cap && same_batch_settings(plan.items[groups.back().front()], plan.items[i]))
+        if (!groups.empty() && groups.back().size() < cap &&
+            same_batch_settings(plan.items[groups.back().front()], plan.items[i]))
             groups.back().push_back(i);
         else
             groups.push_back({i});
@@ -326,7 +337,8 @@ RunPlan plan_run(const Txt2ImgJob& job) {
     // One .npy holds one array: all latents must have the same shape.
     if (!job.save_latents.empty())
         for (const auto& item : plan.items)
-            if (item.settings.height != plan.items[0].settings.height || item.settings.width != plan.items[0].settings.width)
+            if (item.settings.height != plan.items[0].settings.height ||
+                item.settings.width != plan.items[0].settings.width)
                 throw Error(item.where + ": --save-latents needs every image the same size; this line's size differs");
     int64_t total = 0;
     int max_iter = 0;
@@ -335,7 +347,8 @@ RunPlan plan_run(const Txt2ImgJob& job) {
         max_iter = std::max(max_iter, plan.items[g[0]].n_iter);
     }
     if (total > kMaxImages)
-        throw Error("the run would make " + std::to_string(total) + " images; the limit is " + std::to_string(kMaxImages));
+        throw Error("the run would make " + std::to_string(total) + " images; the limit is " +
+                    std::to_string(kMaxImages));
 
     // CompVis order: iterations outside, batches inside; a line with a smaller
     // n_iter of its own drops out of the later iterations.
@@ -353,7 +366,9 @@ RunPlan plan_run(const Txt2ImgJob& job) {
                 img.position = static_cast<int>(batch.images.size());
                 img.batch_number = static_cast<int>(plan.batches.size());
                 const auto& own = plan.items[item].seed;
-                img.seed = !per_image ? job.seed : own ? *own + static_cast<uint64_t>(it) : job.seed + static_cast<uint64_t>(img.index);
+                img.seed = !per_image ? job.seed
+                           : own      ? *own + static_cast<uint64_t>(it)
+                                      : job.seed + static_cast<uint64_t>(img.index);
                 if (!pattern.empty()) img.name = expand_name(pattern, img.index, img.seed, plan.items[item].prompt);
                 batch.images.push_back(std::move(img));
             }

@@ -21,7 +21,7 @@ struct PlannedImage {
     // Where its noise comes from in compvis mode: its batch's size, its place in
     // the batch (0-based) and how many batches drew from the run's generator before.
     int batch_size = 1, position = 0, batch_number = 0;
-    std::string name;   // file name when names are fixed by a pattern; empty: numbered at write time
+    std::string name;  // file name when names are fixed by a pattern; empty: numbered at write time
 };
 
 struct PlannedBatch {

@@ -27,7 +27,8 @@ std::map<std::string, std::string> split_settings(const std::string& line, const
         while (i < line.size() && (line[i] == ' ' || line[i] == ',')) ++i;
         if (i >= line.size()) break;
         const size_t colon = line.find(':', i);
-        if (colon == std::string::npos) throw Error(where + ": setting without ':' in \"" + text_excerpt(line.substr(i)) + "\"");
+        if (colon == std::string::npos)
+            throw Error(where + ": setting without ':' in \"" + text_excerpt(line.substr(i)) + "\"");
         const std::string key = line.substr(i, colon - i);
         i = colon + 1;
         while (i < line.size() && line[i] == ' ') ++i;
@@ -100,7 +101,8 @@ std::string text_excerpt(const std::string& text) {
 RecordedImage parse_parameters_text(const std::string& text, const std::string& where) {
     std::vector<std::string> lines;
     size_t start = 0;
-    for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) lines.push_back(text.substr(start, nl - start));
+    for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1)
+        lines.push_back(text.substr(start, nl - start));
     lines.push_back(text.substr(start));
     if (lines.size() < 2 || lines.back().rfind("Steps: ", 0) != 0)
         throw Error(where + ": its parameters text has no settings line (\"Steps: ..., Sampler: ...\")");
@@ -108,8 +110,7 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
     size_t k = 0;
     for (; k + 1 < lines.size() && lines[k].rfind("Negative prompt: ", 0) != 0; ++k)
         r.prompt += (k ? "\n" : "") + lines[k];
-    for (size_t n = k; n + 1 < lines.size(); ++n)
-        r.negative_prompt += (n == k ? lines[n].substr(17) : "\n" + lines[n]);
+    for (size_t n = k; n + 1 < lines.size(); ++n) r.negative_prompt += (n == k ? lines[n].substr(17) : "\n" + lines[n]);
 
     // The rules --prompt and prompt files follow, before anything loads.
     check_prompt_text(r.prompt, where + ": the prompt");
@@ -117,11 +118,14 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
 
     const auto kv = split_settings(lines.back(), where);
     for (const auto& [key, value] : kv) {
-        if (key == "Steps") r.steps = static_cast<int>(whole(key, value, kStepsRange, where));
+        if (key == "Steps")
+            r.steps = static_cast<int>(whole(key, value, kStepsRange, where));
         else if (key == "Sampler") {
             for (const auto& s : samplers())
                 if (s.a1111_name == value || s.name == value) r.sampler = s.name;
-            if (!r.sampler) throw Error(where + ": unknown sampler \"" + text_excerpt(value) + "\" (this tool has " + sampler_choices() + ")");
+            if (!r.sampler)
+                throw Error(where + ": unknown sampler \"" + text_excerpt(value) + "\" (this tool has " +
+                            sampler_choices() + ")");
         } else if (key == "Schedule type") {
             r.schedule = schedule_from_a1111_name(value);
             if (r.schedule->empty()) throw Error(where + ": unknown schedule type \"" + text_excerpt(value) + "\"");
@@ -131,25 +135,36 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
             if (value.empty() || *end != '\0' || !std::isfinite(v))
                 throw Error(where + ": \"CFG scale\" must be a number, got \"" + text_excerpt(value) + "\"");
             r.scale = check_scale(where + ": \"CFG scale\"", v);
-        } else if (key == "Seed") r.seed = parse_seed(where + ": \"Seed\"", text_excerpt(value));
+        } else if (key == "Seed")
+            r.seed = parse_seed(where + ": \"Seed\"", text_excerpt(value));
         else if (key == "Size") {
             const size_t x = value.find('x');
-            if (x == std::string::npos) throw Error(where + ": \"Size\" must be WIDTHxHEIGHT, got \"" + text_excerpt(value) + "\"");
+            if (x == std::string::npos)
+                throw Error(where + ": \"Size\" must be WIDTHxHEIGHT, got \"" + text_excerpt(value) + "\"");
             r.width = static_cast<int>(whole(key, value.substr(0, x), kSideRange, where));
             r.height = static_cast<int>(whole(key, value.substr(x + 1), kSideRange, where));
         } else if (key == "Seed mode") {
-            if (value != "compvis" && value != "per-image") throw Error(where + ": unknown seed mode \"" + text_excerpt(value) + "\"");
+            if (value != "compvis" && value != "per-image")
+                throw Error(where + ": unknown seed mode \"" + text_excerpt(value) + "\"");
             r.seed_mode = value;
         } else if (key == "Prompt syntax") {
-            if (value != "a1111" && value != "plain") throw Error(where + ": unknown prompt syntax \"" + text_excerpt(value) + "\"");
+            if (value != "a1111" && value != "plain")
+                throw Error(where + ": unknown prompt syntax \"" + text_excerpt(value) + "\"");
             r.prompt_syntax = value;
-        } else if (key == "Image index") r.index = static_cast<int>(whole(key, value, {0, 1000000}, where));
-        else if (key == "Batch size") r.batch_size = static_cast<int>(whole(key, value, kSamplesRange, where));
-        else if (key == "Batch position") r.batch_position = static_cast<int>(whole(key, value, {0, kSamplesRange.hi}, where));
-        else if (key == "Batch number") r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
-        else if (key == "Clip skip") r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
-        else if (key == "TI hashes") r.embeddings = hash_list(value);
-        else if (key == "Lora hashes") r.loras = hash_list(value);
+        } else if (key == "Image index")
+            r.index = static_cast<int>(whole(key, value, {0, 1000000}, where));
+        else if (key == "Batch size")
+            r.batch_size = static_cast<int>(whole(key, value, kSamplesRange, where));
+        else if (key == "Batch position")
+            r.batch_position = static_cast<int>(whole(key, value, {0, kSamplesRange.hi}, where));
+        else if (key == "Batch number")
+            r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
+        else if (key == "Clip skip")
+            r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
+        else if (key == "TI hashes")
+            r.embeddings = hash_list(value);
+        else if (key == "Lora hashes")
+            r.loras = hash_list(value);
         else if (key == "Denoising strength") {
             char* end = nullptr;
             const double v = std::strtod(value.c_str(), &end);
@@ -159,15 +174,23 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
             r.strength = v;
         } else if (key == "Init image hash" || key == "Mask hash") {
             if (value.size() != 64 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
-                throw Error(where + ": \"" + key + "\" must be a SHA-256 (64 hex digits), got \"" + text_excerpt(value) + "\"");
+                throw Error(where + ": \"" + key + "\" must be a SHA-256 (64 hex digits), got \"" +
+                            text_excerpt(value) + "\"");
             (key == "Mask hash" ? r.mask_hash : r.init_hash) = value;
-        } else if (key == "Mask blur") r.mask_blur = static_cast<int>(whole(key, value, {0, 256}, where));
-        else if (key == "Mask mode") r.invert_mask = value == "Inpaint not masked";
-        else if (key == "Outpaint") r.outpaint = value;
-        else if (key == "Resize mode") r.resize_mode = value;
-        else if (key == "Masked content") r.masked_content = value;
-        else if (key == "Model") r.model = value;
-        else if (key == "Version") r.version = value;
+        } else if (key == "Mask blur")
+            r.mask_blur = static_cast<int>(whole(key, value, {0, 256}, where));
+        else if (key == "Mask mode")
+            r.invert_mask = value == "Inpaint not masked";
+        else if (key == "Outpaint")
+            r.outpaint = value;
+        else if (key == "Resize mode")
+            r.resize_mode = value;
+        else if (key == "Masked content")
+            r.masked_content = value;
+        else if (key == "Model")
+            r.model = value;
+        else if (key == "Version")
+            r.version = value;
         // Other tools' keys (Model hash, ...) decide nothing here.
     }
     return r;

@@ -29,8 +29,10 @@ void each_tag(const std::string& prompt, F f) {
 std::vector<std::string> split_colons(const std::string& s) {
     std::vector<std::string> out(1);
     for (char c : s) {
-        if (c == ':') out.emplace_back();
-        else out.back() += c;
+        if (c == ':')
+            out.emplace_back();
+        else
+            out.back() += c;
     }
     return out;
 }
@@ -73,7 +75,6 @@ double weight_of(const std::string& text, const std::string& tag, const std::str
     return v;
 }
 
-
 }  // namespace
 
 std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string& where) {
@@ -100,8 +101,10 @@ std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string
         }
         if (positional.size() > 2) throw Error(where + ": " + tag + " has more than two weights (<lora:NAME:TE:UNET>)");
         if (!positional.empty()) t.text_weight = weight_of(positional[0], tag, where);
-        if (positional.size() == 2) t.unet_weight = weight_of(positional[1], tag, where);
-        else if (!unet_given) t.unet_weight = t.text_weight;  // one weight: both parts
+        if (positional.size() == 2)
+            t.unet_weight = weight_of(positional[1], tag, where);
+        else if (!unet_given)
+            t.unet_weight = t.text_weight;  // one weight: both parts
         tags.push_back(t);
     });
     return tags;
@@ -133,11 +136,13 @@ LoraUse parse_lora_flag(const std::string& text) {
         } else if (!w.empty() && *end == '\0') {
             // A number that is no usable weight ("f:nan", "f:1e300"), not part of a file name
             // (a file really named "f:nan" is given as "f:nan:1").
-            throw Error("--lora " + printable(text) + ": the weight '" + printable(w) + "' " + why + " (--lora FILE[:WEIGHT])");
+            throw Error("--lora " + printable(text) + ": the weight '" + printable(w) + "' " + why +
+                        " (--lora FILE[:WEIGHT])");
         }
     }
     if (use.path.empty()) throw Error("--lora '" + text + "' names no file (--lora FILE[:WEIGHT])");
-    std::string name = use.path.substr(use.path.find_last_of('/') == std::string::npos ? 0 : use.path.find_last_of('/') + 1);
+    std::string name =
+        use.path.substr(use.path.find_last_of('/') == std::string::npos ? 0 : use.path.find_last_of('/') + 1);
     const size_t dot = name.find_last_of('.');
     if (dot != std::string::npos && dot > 0) name.erase(dot);
     use.name = name;

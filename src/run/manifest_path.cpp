@@ -55,7 +55,8 @@ void check_manifest_path(const std::string& manifest, const std::string& outdir)
     if (!file_exists(manifest)) return;
     if (check_regular_file(manifest, "--manifest") == 0) return;
     if (!is_manifest_record(first_line(manifest)))
-        throw Error("--manifest " + manifest + " is a file but not a manifest (its first line is not one of this "
+        throw Error("--manifest " + manifest +
+                    " is a file but not a manifest (its first line is not one of this "
                     "tool's JSON records); it is never appended to: give a new name");
 }
 

@@ -11,17 +11,20 @@ namespace sd {
 std::string format_duration(double seconds) {
     const long s = std::lround(std::max(0.0, seconds));
     char buf[32];
-    if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-    else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
-    else std::snprintf(buf, sizeof buf, "%lds", s);
+    if (s >= 3600)
+        std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else if (s >= 60)
+        std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+    else
+        std::snprintf(buf, sizeof buf, "%lds", s);
     return buf;
 }
 
 std::string progress_text(const ProgressInfo& p) {
     char buf[160];
-    std::string images = p.batch_images > 1
-        ? "images " + std::to_string(p.first_image) + "-" + std::to_string(p.first_image + p.batch_images - 1)
-        : "image " + std::to_string(p.first_image);
+    std::string images = p.batch_images > 1 ? "images " + std::to_string(p.first_image) + "-" +
+                                                  std::to_string(p.first_image + p.batch_images - 1)
+                                            : "image " + std::to_string(p.first_image);
     std::snprintf(buf, sizeof buf, "%s/%d  step %d/%d  %.2f s/step  ETA %s", images.c_str(), p.total_images, p.step,
                   p.steps, p.seconds_per_step, p.eta_seconds < 0 ? "--" : format_duration(p.eta_seconds).c_str());
     return buf;
@@ -49,9 +52,10 @@ void ProgressDisplay::update(const ProgressInfo& p) {
     const int width = std::min(30, columns - static_cast<int>(text_fit.size()) - 4);
     std::string line = "\r\033[K";
     if (width >= 5) {
-        const double done = p.total_images > 0
-            ? (p.first_image - 1 + p.batch_images * double(p.step) / std::max(1, p.steps)) / p.total_images
-            : 0.0;
+        const double done =
+            p.total_images > 0
+                ? (p.first_image - 1 + p.batch_images * double(p.step) / std::max(1, p.steps)) / p.total_images
+                : 0.0;
         const int filled = std::clamp(static_cast<int>(done * width), 0, width);
         line += "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
     }

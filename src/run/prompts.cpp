@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sd/error.h"
 #include "core/img2img_schedule.h"
 #include "io/fs_util.h"
 #include "io/json_depth.h"
+#include "sd/error.h"
 #include "sd/value_rules.h"
 
 namespace sd {
@@ -113,7 +113,8 @@ void check_prompt_text(const std::string& text, const std::string& what) {
 PromptReader::PromptReader(std::istream& in, std::string name, bool jsonl)
     : in_(&in), name_(std::move(name)), jsonl_(jsonl) {}
 
-PromptReader::PromptReader(const std::string& path) : name_(path == "-" ? "<stdin>" : path), jsonl_(ends_with(path, ".jsonl")) {
+PromptReader::PromptReader(const std::string& path)
+    : name_(path == "-" ? "<stdin>" : path), jsonl_(ends_with(path, ".jsonl")) {
     if (path == "-") {
         in_ = &std::cin;
         return;
@@ -138,7 +139,8 @@ std::optional<PromptLine> PromptReader::next() {
         if (first == std::string::npos) continue;
         if (!jsonl_ && line[first] == '#') continue;
         if (++prompts_ > kMaxPrompts)
-            throw Error(name_ + " holds more than " + std::to_string(kMaxPrompts) + " prompts; split it into several files");
+            throw Error(name_ + " holds more than " + std::to_string(kMaxPrompts) +
+                        " prompts; split it into several files");
         PromptLine p;
         p.line = number_;
         p.source = name_;
@@ -146,7 +148,7 @@ std::optional<PromptLine> PromptReader::next() {
             nlohmann::json j;
             try {
                 j = parse_json_limited(line, where + ": not valid JSON (nested more than " +
-                                                std::to_string(kMaxJsonDepth) + " levels deep)");
+                                                 std::to_string(kMaxJsonDepth) + " levels deep)");
             } catch (const nlohmann::json::exception&) {
                 throw Error(where + ": not valid JSON");
             }

@@ -51,22 +51,29 @@ Shard shard_from_environment() {
         std::optional<long long> count = env_number("SLURM_ARRAY_TASK_COUNT");
         if (!count) {
             const auto max = env_number("SLURM_ARRAY_TASK_MAX");
-            if (!max) throw Error("--shard auto: SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX");
+            if (!max)
+                throw Error(
+                    "--shard auto: SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT nor "
+                    "SLURM_ARRAY_TASK_MAX");
             count = (*max - min) / (step > 0 ? step : 1) + 1;
         }
         if (step < 1 || (*id - min) % step != 0)
-            throw Error("--shard auto: SLURM_ARRAY_TASK_ID " + std::to_string(*id) + " is not in the array's range (min " +
-                        std::to_string(min) + ", step " + std::to_string(step) + ")");
+            throw Error("--shard auto: SLURM_ARRAY_TASK_ID " + std::to_string(*id) +
+                        " is not in the array's range (min " + std::to_string(min) + ", step " + std::to_string(step) +
+                        ")");
         return checked((*id - min) / step, *count, "the Slurm array", "the Slurm array (SLURM_ARRAY_TASK_COUNT)");
     }
     if (const auto index = env_number("JOB_COMPLETION_INDEX")) {
         const auto count = env_number("SD_SHARD_COUNT");
         if (!count)
-            throw Error("--shard auto: JOB_COMPLETION_INDEX is set but SD_SHARD_COUNT is not (set it to the Job's completions)");
+            throw Error(
+                "--shard auto: JOB_COMPLETION_INDEX is set but SD_SHARD_COUNT is not (set it to the Job's "
+                "completions)");
         return checked(*index, *count, "the Indexed Job", "SD_SHARD_COUNT");
     }
-    throw Error("--shard auto needs SLURM_ARRAY_TASK_ID (a Slurm job array) or JOB_COMPLETION_INDEX with SD_SHARD_COUNT "
-                "(a Kubernetes Indexed Job); neither is set");
+    throw Error(
+        "--shard auto needs SLURM_ARRAY_TASK_ID (a Slurm job array) or JOB_COMPLETION_INDEX with SD_SHARD_COUNT "
+        "(a Kubernetes Indexed Job); neither is set");
 }
 
 Shard parse_shard(const std::string& text) {

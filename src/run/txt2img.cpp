@@ -6,14 +6,14 @@
 #include <filesystem>
 #include <map>
 
-#include "sd/error.h"
+#include "core/schedule.h"
 #include "io/fs_util.h"
-#include "io/sha256.h"
 #include "io/image_io.h"
 #include "io/lora_keys.h"
 #include "io/npy.h"
+#include "io/sha256.h"
 #include "run/batch_plan.h"
-#include "core/schedule.h"
+#include "sd/error.h"
 #include "sd/loras.h"
 
 namespace sd {
@@ -90,7 +90,8 @@ std::vector<LoraUse> check_job_loras(const Txt2ImgJob& job) {
     std::vector<LoraUse> used;
     for (const auto& item : plan.items)
         for (const auto& l : item.settings.loras)
-            if (std::none_of(used.begin(), used.end(), [&](const LoraUse& u) { return u.path == l.path; })) used.push_back(l);
+            if (std::none_of(used.begin(), used.end(), [&](const LoraUse& u) { return u.path == l.path; }))
+                used.push_back(l);
     return used;
 }
 
@@ -133,8 +134,9 @@ std::vector<PlannedBatch> select_work(const Txt2ImgJob& job, const RunPlan& plan
             if (plan.items[img.item].number % job.shard.n != job.shard.k) continue;
             if (!img.name.empty() && file_exists(join_path(job.outdir, img.name))) {
                 if (!job.skip_existing)
-                    throw Error(join_path(job.outdir, img.name) +
-                                " already exists (--skip-existing resumes a run; or choose another --outdir or --name)");
+                    throw Error(
+                        join_path(job.outdir, img.name) +
+                        " already exists (--skip-existing resumes a run; or choose another --outdir or --name)");
                 ++skipped;
                 continue;
             }
@@ -149,7 +151,8 @@ std::vector<PlannedBatch> select_work(const Txt2ImgJob& job, const RunPlan& plan
 // runs), and the ETA from the time its steps took so far.
 class RunClock {
 public:
-    RunClock(const RunPlan& plan, const std::vector<PlannedBatch>& todo, int timesteps) : plan_(plan), timesteps_(timesteps) {
+    RunClock(const RunPlan& plan, const std::vector<PlannedBatch>& todo, int timesteps)
+        : plan_(plan), timesteps_(timesteps) {
         for (const auto& b : todo) {
             images_ += static_cast<int>(b.images.size());
             total_units_ += static_cast<int64_t>(b.images.size()) * steps_of(b);
@@ -178,7 +181,8 @@ public:
         info.step = step;
         info.steps = steps;
         info.seconds_per_step = dt;
-        info.eta_seconds = step_seconds_ / static_cast<double>(done_units_) * static_cast<double>(total_units_ - done_units_);
+        info.eta_seconds =
+            step_seconds_ / static_cast<double>(done_units_) * static_cast<double>(total_units_ - done_units_);
         return info;
     }
 
@@ -253,15 +257,19 @@ struct Extras {
     void add(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out) {
         if (job.grid && grid_parameters.empty()) {
             const PlannedImage& first = batch.images.front();
-            grid_parameters = parameters_text(plan.items[first.item], first, job.seed_mode, job.model_name, job.embeddings);
+            grid_parameters =
+                parameters_text(plan.items[first.item], first, job.seed_mode, job.model_name, job.embeddings);
         }
         if (!job.save_latents.empty()) {
             latents.insert(latents.end(), out.latents.begin(), out.latents.end());
             // A stream's lines are checked as they come: one .npy holds one shape.
-            if (!latent_shape.empty() && !std::equal(latent_shape.begin() + 1, latent_shape.end(), out.latent_shape.begin() + 1))
+            if (!latent_shape.empty() &&
+                !std::equal(latent_shape.begin() + 1, latent_shape.end(), out.latent_shape.begin() + 1))
                 throw Error("--save-latents needs every image the same size; a later line's size differs");
-            if (latent_shape.empty()) latent_shape = out.latent_shape;
-            else latent_shape[0] += out.latent_shape[0];
+            if (latent_shape.empty())
+                latent_shape = out.latent_shape;
+            else
+                latent_shape[0] += out.latent_shape[0];
         }
         if (job.grid) grid_images.insert(grid_images.end(), out.images.begin(), out.images.end());
     }
@@ -298,7 +306,8 @@ namespace {
 // What a run carries from one plan to the next (a stream runs one plan per batch).
 // Writes each preview of a batch under OUTDIR/previews, named after the image
 // it shows (its own name, or the CompVis number it will most likely get).
-PreviewFn preview_writer(const Txt2ImgJob& job, const PlannedBatch& batch, int next_number, const Txt2ImgEvents& events) {
+PreviewFn preview_writer(const Txt2ImgJob& job, const PlannedBatch& batch, int next_number,
+                         const Txt2ImgEvents& events) {
     return [&job, &batch, next_number, &events](int step, int, const std::vector<Image>& images) {
         const std::string dir = join_path(job.outdir, "previews");
         try {
@@ -331,7 +340,8 @@ struct RunState {
 
 // Runs this shard's batches of one plan (the generator seeded already in
 // compvis mode); sets result.interrupted when told to stop.
-void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, const Txt2ImgEvents& events, RunState& st) {
+void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, const Txt2ImgEvents& events,
+              RunState& st) {
     check_before_running(pipeline, job, plan);
     auto stop = [&] { return events.stop_requested && events.stop_requested(); };
     Txt2ImgResult& result = st.result;
@@ -400,7 +410,8 @@ Txt2ImgResult run_txt2img(Pipeline& pipeline, const Txt2ImgJob& job, const Txt2I
     return finish_run(job, events, st);
 }
 
-Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, PromptReader& reader, const Txt2ImgEvents& events) {
+Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, PromptReader& reader,
+                                 const Txt2ImgEvents& events) {
     if (job.n_iter != 1) throw Error("a prompt stream needs --n_iter 1 (every iteration goes over the whole list)");
     const size_t cap = job.seed_mode == SeedMode::per_image ? 1 : static_cast<size_t>(job.n_samples);
     // The plan of these lines alone, numbered on from what the stream gave before.

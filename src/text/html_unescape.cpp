@@ -81,7 +81,8 @@ std::u32string html_unescape(const std::u32string& t) {
         size_t k = j;
         while (k < t.size() && k - j < 32) {
             char32_t c = t[k];
-            if (c == U'\t' || c == U'\n' || c == U'\f' || c == U' ' || c == U'<' || c == U'&' || c == U'#' || c == U';') break;
+            if (c == U'\t' || c == U'\n' || c == U'\f' || c == U' ' || c == U'<' || c == U'&' || c == U'#' || c == U';')
+                break;
             ++k;
         }
         if (k == j) {

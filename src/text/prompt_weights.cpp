@@ -157,8 +157,10 @@ PromptChunks tokenize_prompt(const ClipTokenizer& tok, const std::string& prompt
                              int context_length, int bos, int eos, int pad, const std::vector<AddedWord>& added) {
     const size_t per_chunk = static_cast<size_t>(context_length) - 2;
     std::vector<WeightedText> parts;
-    if (syntax.weighting) parts = parse_prompt_weights(prompt);
-    else parts.push_back({prompt, 1.0, false});
+    if (syntax.weighting)
+        parts = parse_prompt_weights(prompt);
+    else
+        parts.push_back({prompt, 1.0, false});
 
     PromptChunks out;
     std::vector<int64_t> ids;

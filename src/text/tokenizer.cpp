@@ -93,9 +93,7 @@ struct VocabReader : nlohmann::json_sax<nlohmann::json> {
     bool number_float(number_float_t, const string_t&) override { return fail("ids must be integers"); }
     bool string(string_t&) override { return fail("ids must be integers"); }
     bool binary(binary_t&) override { return fail("ids must be integers"); }
-    bool start_object(std::size_t) override {
-        return ++depth == 1 || fail("expected a flat JSON object {token: id}");
-    }
+    bool start_object(std::size_t) override { return ++depth == 1 || fail("expected a flat JSON object {token: id}"); }
     bool key(string_t& k) override {
         key_ = k;
         return true;
@@ -142,7 +140,10 @@ void split_words(const std::u32string& t, const std::u32string& start_text, cons
             len = end_text.size();
         } else if (t[i] == '\'') {
             for (std::u32string_view c : contractions)
-                if (match_folded(t, i + 1, c)) { len = 1 + c.size(); break; }
+                if (match_folded(t, i + 1, c)) {
+                    len = 1 + c.size();
+                    break;
+                }
         }
         if (!len) {
             if (is_letter(t[i])) {
@@ -169,8 +170,8 @@ struct ClipTokenizer::Impl {
         int rank;
         int id;  // vocab id of the merged symbol
     };
-    int byte_id[256];      // symbol of a byte inside a word
-    int byte_end_id[256];  // symbol of a word's last byte ("x</w>")
+    int byte_id[256];                            // symbol of a byte inside a word
+    int byte_end_id[256];                        // symbol of a word's last byte ("x</w>")
     std::unordered_map<uint64_t, Merge> merges;  // (left id, right id) -> merge
     int start_id = 0, end_id = 0;
     std::u32string start_text = kStartOfText, end_text = kEndOfText;
@@ -219,8 +220,14 @@ struct ClipTokenizer::Impl {
 
     void encode_word(const std::u32string& word, std::vector<int>& out) const {
         // The reference emits the special ids only for these exact strings.
-        if (word == start_text) { out.push_back(start_id); return; }
-        if (word == end_text) { out.push_back(end_id); return; }
+        if (word == start_text) {
+            out.push_back(start_id);
+            return;
+        }
+        if (word == end_text) {
+            out.push_back(end_id);
+            return;
+        }
         std::string bytes = u32_to_utf8(word);
         std::lock_guard<std::mutex> lock(mutex);
         auto it = cache.find(bytes);

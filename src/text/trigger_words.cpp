@@ -8,7 +8,6 @@ bool is_word_char(char c) {
     return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || u == '_' || u >= 0x80;
 }
 
-
 // Whether `w` occurs at text[i] as a whole word, in exact case.
 bool matches_at(const std::string& text, size_t i, const std::string& w) {
     if (w.empty() || i + w.size() > text.size() || text.compare(i, w.size(), w) != 0) return false;
