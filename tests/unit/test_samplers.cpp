@@ -136,10 +136,7 @@ TEST(SamplerSteps, SgmTimesteps) {
 
 // img2img's step arithmetic (issue 33), as shared/conformance/img2img states it.
 TEST(SamplerList, Img2ImgSteps) {
-    EXPECT_EQ(sd::compvis_t_enc(0.58, 50), 28);  // 28.999999999999996, truncated as Python's int()
-    EXPECT_EQ(sd::compvis_t_enc(0.75, 10), 7);
-    EXPECT_EQ(sd::compvis_t_enc(0.3, 10), 3);
-    EXPECT_EQ(sd::compvis_t_enc(1.0, 10), 10);
+    // (CompVis's t_enc: tests/unit/test_img2img_schedule.cpp.)
     EXPECT_EQ(sd::diffusers_t_start(0.75, 10), 3);
     EXPECT_EQ(sd::diffusers_t_start(0.3, 15), 11);
     EXPECT_EQ(sd::diffusers_t_start(1.0, 10), 0);
