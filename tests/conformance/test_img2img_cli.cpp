@@ -165,4 +165,37 @@ TEST(Img2ImgCliRefusals, OneLineEach) {
     EXPECT_EQ(txt.exit_code, 0) << txt.err;
 }
 
+// The canvas: --outpaint grows it by its margins, --resize-mode brings another
+// size to --W x --H, and a prompt file's line carries its own picture and strength.
+TEST(Img2ImgCliCanvas, OutpaintResizeModesAndJsonLines) {
+    const std::string out = sdtest::temp_dir();
+    const std::string init = shared() + "/img2img/cases/cv_ddim10_s0.75_64x64/init.png";  // 64x64
+    const std::string st = sdtest::test_models() + "/tiny-st";
+    auto size_of = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {sdtest::cli(), "--model", st, "--outdir", out + "/img", "--quiet", "--prompt", "a",
+                                         "--steps", "2", "--sampler", "ddim", "--schedule", "leading", "--init-img", init};
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = sdtest::run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        if (r.exit_code != 0) return std::pair{0, 0};
+        const auto img = sd::read_png(sdtest::lines(r.out).at(0));
+        return std::pair{img.width, img.height};
+    };
+    EXPECT_EQ(size_of({}), (std::pair{64, 64}));                                  // the picture's own size
+    EXPECT_EQ(size_of({"--outpaint", "0,0,32,16", "--strength", "1"}), (std::pair{96, 80}));
+    EXPECT_EQ(size_of({"--outpaint", "16,0,0,0", "--masked-content", "fill"}), (std::pair{80, 64}));
+    for (const char* mode : {"just", "crop", "fill"})
+        EXPECT_EQ(size_of({"--W", "96", "--H", "64", "--resize-mode", mode}), (std::pair{96, 64})) << mode;
+
+    sdtest::write_text(out + "/p.jsonl", "{\"prompt\": \"a\", \"init_img\": \"" + init + "\", \"strength\": 0.5}\n");
+    auto r = sdtest::run({sdtest::cli(), "--model", st, "--outdir", out + "/jsonl", "--quiet", "--steps", "4", "--sampler",
+                          "ddim", "--H", "64", "--W", "64", "--from-file", out + "/p.jsonl"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(sdtest::read_text(sdtest::lines(r.out).at(0)).find("Denoising strength: 0.5"), std::string::npos);
+    sdtest::write_text(out + "/bad.jsonl", "{\"prompt\": \"a\", \"init_img\": \"" + init + "\", \"strength\": 2}\n");
+    r = sdtest::run({sdtest::cli(), "--model", st, "--outdir", out + "/jsonl", "--from-file", out + "/bad.jsonl"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("bad.jsonl:1: \"strength\""), std::string::npos) << r.err;
+}
+
 }  // namespace
