@@ -2,6 +2,7 @@
 // <lora:NAME:TE_WEIGHT:UNET_WEIGHT> (or te=W / unet=W), and --lora FILE[:WEIGHT].
 // They choose which LoRA files are merged into the model; the text encoder never sees the tags.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,19 @@ std::string lora_tag_text(const std::string& name, double text_weight, double un
 // --lora FILE[:WEIGHT]: a trailing ":number" is the weight (for both parts),
 // anything else belongs to the path. Throws sd::Error for an empty path.
 LoraUse parse_lora_flag(const std::string& text);
+
+// A prompt's LoRAs: its tags, found as NAME.safetensors in lora_dir, then the
+// --lora files (the order of the PNG text, so --from-png merges alike). Throws
+// sd::Error naming `where` for a tag without a lora_dir.
+std::vector<LoraUse> prompt_loras(const std::string& prompt, const std::string& where, const std::string& lora_dir,
+                                  const std::vector<LoraUse>& flag_loras);
+
+// Fills each LoRA's A1111 short hash (the PNG text's "Lora hashes"), reading
+// each file once (`cache`: path -> hash, kept across calls). Throws sd::Error
+// for a missing, special or corrupt file, naming the tag that named it.
+void hash_lora_files(std::vector<LoraUse>& loras, std::map<std::string, std::string>& cache);
+
+// A1111's "Lora hashes" value: "name: hash12, name: hash12", quoted.
+std::string lora_hashes_text(const std::vector<LoraUse>& loras);
 
 }  // namespace sd

@@ -49,26 +49,6 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
 
 // The prompt's <lora:NAME:W> tags, found in --lora-dir, then --lora's files: the
 // order of the tags in the PNG text (--lora's written last), so --from-png merges alike.
-std::vector<LoraUse> loras_of(const Txt2ImgJob& job, const PromptItem& item) {
-    std::vector<LoraUse> loras;
-    const std::string where = item.line == 0 ? "--prompt" : item.where;
-    for (const auto& tag : find_lora_tags(item.prompt, where)) {
-        if (job.lora_dir.empty())
-            throw Error(where + ": <lora:" + tag.name + "> needs --lora-dir, the folder that holds " + tag.name +
-                        ".safetensors");
-        LoraUse use;
-        use.path = (job.lora_dir.back() == '/' ? job.lora_dir : job.lora_dir + "/") + tag.name + ".safetensors";
-        use.name = tag.name;
-        use.text_weight = tag.text_weight;
-        use.unet_weight = tag.unet_weight;
-        use.from_tag = true;
-        use.where = where;
-        loras.push_back(use);
-    }
-    loras.insert(loras.end(), job.loras.begin(), job.loras.end());
-    return loras;
-}
-
 PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int number) {
     PromptItem item;
     item.prompt = line.prompt;
@@ -100,7 +80,7 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
         throw Error(item.where +
                     ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
     set_negative_prompt(item.settings, item.negative_prompt, item.where);
-    item.settings.loras = loras_of(job, item);
+    item.settings.loras = prompt_loras(item.prompt, item.line == 0 ? "--prompt" : item.where, job.lora_dir, job.loras);
     if (item.settings.prompt_weights) {
         const bool flag = item.line == 0;
         check_prompt_weights(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
@@ -240,13 +220,6 @@ std::string init_image_text(const InitImage& init) {
     if (init.resize_mode != "just") text += ", Resize mode: " + init.resize_mode;
     if (init.masked_content != "original") text += ", Masked content: " + init.masked_content;
     return text;
-}
-
-// A1111's "Lora hashes" value: "name: hash12, name: hash12", quoted.
-std::string lora_hashes_text(const std::vector<LoraUse>& loras) {
-    std::string list;
-    for (const auto& l : loras) list += (list.empty() ? "" : ", ") + l.name + ": " + l.hash;
-    return nlohmann::json(list).dump();
 }
 
 }  // namespace

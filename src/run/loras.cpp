@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <nlohmann/json.hpp>
+
+#include "io/lora_keys.h"
 #include "io/printable.h"
 #include "sd/error.h"
 
@@ -154,6 +157,47 @@ std::string lora_tag_text(const std::string& name, double text_weight, double un
     std::string t = "<lora:" + name + ":" + number_text(text_weight);
     if (unet_weight != text_weight) t += ":" + number_text(unet_weight);
     return t + ">";
+}
+
+std::vector<LoraUse> prompt_loras(const std::string& prompt, const std::string& where, const std::string& lora_dir,
+                                  const std::vector<LoraUse>& flag_loras) {
+    std::vector<LoraUse> loras;
+    for (const auto& tag : find_lora_tags(prompt, where)) {
+        if (lora_dir.empty())
+            throw Error(where + ": <lora:" + tag.name + "> needs --lora-dir, the folder that holds " + tag.name +
+                        ".safetensors");
+        LoraUse use;
+        use.path = (lora_dir.back() == '/' ? lora_dir : lora_dir + "/") + tag.name + ".safetensors";
+        use.name = tag.name;
+        use.text_weight = tag.text_weight;
+        use.unet_weight = tag.unet_weight;
+        use.from_tag = true;
+        use.where = where;
+        loras.push_back(use);
+    }
+    loras.insert(loras.end(), flag_loras.begin(), flag_loras.end());
+    return loras;
+}
+
+void hash_lora_files(std::vector<LoraUse>& loras, std::map<std::string, std::string>& cache) {
+    for (auto& l : loras) {
+        auto it = cache.find(l.path);
+        if (it == cache.end()) {
+            try {  // refuses a missing file, a folder, a FIFO or a device, and a corrupt header
+                it = cache.emplace(l.path, lora_short_hash(l.path)).first;
+            } catch (const Error& e) {
+                if (!l.from_tag) throw;
+                throw Error(l.where + ": " + e.what() + " (named by the prompt's <lora:" + l.name + "> tag)");
+            }
+        }
+        l.hash = it->second;
+    }
+}
+
+std::string lora_hashes_text(const std::vector<LoraUse>& loras) {
+    std::string list;
+    for (const auto& l : loras) list += (list.empty() ? "" : ", ") + l.name + ": " + l.hash;
+    return nlohmann::json(list).dump();
 }
 
 }  // namespace sd

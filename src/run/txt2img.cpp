@@ -9,7 +9,6 @@
 #include "core/schedule.h"
 #include "io/fs_util.h"
 #include "io/image_io.h"
-#include "io/lora_keys.h"
 #include "io/npy.h"
 #include "io/sha256.h"
 #include "run/batch_plan.h"
@@ -62,20 +61,7 @@ void hash_pictures(RunPlan& plan) {
 }
 
 void hash_loras(RunPlan& plan, std::map<std::string, std::string>& hashes) {
-    for (auto& item : plan.items) {
-        for (auto& l : item.settings.loras) {
-            auto it = hashes.find(l.path);
-            if (it == hashes.end()) {
-                try {  // refuses a missing file, a folder, a FIFO or a device, and a corrupt header
-                    it = hashes.emplace(l.path, lora_short_hash(l.path)).first;
-                } catch (const Error& e) {
-                    if (!l.from_tag) throw;
-                    throw Error(l.where + ": " + e.what() + " (named by the prompt's <lora:" + l.name + "> tag)");
-                }
-            }
-            l.hash = it->second;
-        }
-    }
+    for (auto& item : plan.items) hash_lora_files(item.settings.loras, hashes);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -132,6 +133,14 @@ std::string error_of(const std::function<void()>& f) {
         return e.what();
     }
     return "";
+}
+
+std::vector<std::string> shared_cases_with(const std::string& set, const std::string& file) {
+    std::vector<std::string> dirs;
+    for (const auto& e : std::filesystem::directory_iterator(env("SD_SHARED_CONFORMANCE") + "/" + set + "/cases"))
+        if (std::filesystem::exists(e.path() / file)) dirs.push_back(e.path().string());
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
 }
 
 }  // namespace sdtest

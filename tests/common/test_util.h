@@ -30,6 +30,10 @@ std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text);
 std::vector<std::string> lines(const std::string& text);
 
+// The case folders of a shared conformance set (SD_SHARED_CONFORMANCE/SET/cases/*/)
+// that hold `file`, in name order.
+std::vector<std::string> shared_cases_with(const std::string& set, const std::string& file);
+
 // The message of the sd::Error that f throws ("" when it throws none).
 std::string error_of(const std::function<void()>& f);
 

@@ -10,7 +10,6 @@ others make their inputs from tests/fixtures/tiny.
 
 import json
 import os
-import tempfile
 import unittest
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 import yaml
 
 import diffusers_writer
+from check_sd2_export import Exports as ExportsBase
 from sd_export.configs import detect_unet_shapes, load_ldm_config, load_text_config
 from sd_export.safetensors_io import read_tensors, write_safetensors
 from sd_export.stages import load_stage
@@ -49,22 +49,8 @@ def need(path):
         raise unittest.SkipTest(f"no {path} (the shared conformance fixtures are not beside this checkout)")
 
 
-class Exports(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        torch.set_num_threads(1)
-        cls.tmp = tempfile.TemporaryDirectory(prefix="sd-img2img-export-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    @classmethod
-    def export(cls, name, *args):
-        out = os.path.join(cls.tmp.name, name)
-        r = run_export(*args, "--out", out)
-        assert r.returncode == 0, r.stderr
-        return out
+class Exports(ExportsBase):
+    """A temporary folder, exports into it (check_sd2_export's), and the moments check."""
 
     def assert_moments(self, encoder, image_file, moments_file, what):
         """The encoder's moments of every row of image_file against moments_file (as many rows,

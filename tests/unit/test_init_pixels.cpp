@@ -30,23 +30,22 @@ sd::Image gradient(int w, int h) {
 }
 
 TEST(InitPixels, InpaintCasesAreReproducedExactly) {
-    const fs::path root = fs::path(sdtest::env("SD_SHARED_CONFORMANCE")) / "inpaint" / "cases";
     int checked = 0;
-    for (const auto& e : fs::directory_iterator(root)) {
-        if (!fs::exists(e.path() / "mask.png")) continue;
-        SCOPED_TRACE(e.path().string());
-        const auto img = sd::read_image((e.path() / "init.png").string(), "--init-img");
-        const auto mask = sd::read_mask((e.path() / "mask.png").string(), "--mask");
+    for (const auto& dir : sdtest::shared_cases_with("inpaint", "mask.png")) {
+        SCOPED_TRACE(dir);
+        const fs::path e = dir;
+        const auto img = sd::read_image((e / "init.png").string(), "--init-img");
+        const auto mask = sd::read_mask((e / "mask.png").string(), "--mask");
         sd::InitPixelOptions o;
         o.width = img.width;
         o.height = img.height;
         const auto p = sd::prepare_init_pixels(img, &mask, o);
         ASSERT_TRUE(p.has_mask());
         EXPECT_EQ(p.image.rgb, img.rgb);
-        EXPECT_EQ(p.image_chw, floats(sd::read_npy((e.path() / "init_image.npy").string())));
-        EXPECT_EQ(p.mask, floats(sd::read_npy((e.path() / "mask.npy").string())));
-        EXPECT_EQ(p.masked_image_chw, floats(sd::read_npy((e.path() / "masked_image.npy").string())));
-        const auto lat = floats(sd::read_npy((e.path() / "mask_latent.npy").string()));
+        EXPECT_EQ(p.image_chw, floats(sd::read_npy((e / "init_image.npy").string())));
+        EXPECT_EQ(p.mask, floats(sd::read_npy((e / "mask.npy").string())));
+        EXPECT_EQ(p.masked_image_chw, floats(sd::read_npy((e / "masked_image.npy").string())));
+        const auto lat = floats(sd::read_npy((e / "mask_latent.npy").string()));
         EXPECT_EQ(std::vector<float>(lat.begin(), lat.begin() + static_cast<long>(p.mask_latent.size())), p.mask_latent);
         EXPECT_EQ(p.soft_mask.v, mask.v);  // no invert, no blur
         ++checked;

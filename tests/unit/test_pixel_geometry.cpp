@@ -343,20 +343,19 @@ std::vector<float> floats(const sd::NpyArray& a) { return std::vector<float>(a.a
 
 // The inpaint cases' preprocessing, from the PNGs: bit-exact.
 TEST(MaskProcessing, InpaintCasesPreprocessingIsExact) {
-    const fs::path root = fs::path(sdtest::env("SD_SHARED_CONFORMANCE")) / "inpaint" / "cases";
     int checked = 0;
-    for (const auto& e : fs::directory_iterator(root)) {
-        if (!fs::exists(e.path() / "mask.png")) continue;
-        SCOPED_TRACE(e.path().string());
-        const auto img = sd::read_image((e.path() / "init.png").string(), "--init-img");
-        const auto mask = sd::read_mask((e.path() / "mask.png").string(), "--mask");
+    for (const auto& dir : sdtest::shared_cases_with("inpaint", "mask.png")) {
+        SCOPED_TRACE(dir);
+        const fs::path e = dir;
+        const auto img = sd::read_image((e / "init.png").string(), "--init-img");
+        const auto mask = sd::read_mask((e / "mask.png").string(), "--mask");
         sd::check_mask_size(mask, img.width, img.height, "--mask");
         const auto chw = sd::image_to_chw(img);
-        EXPECT_EQ(chw, floats(sd::read_npy((e.path() / "init_image.npy").string())));
+        EXPECT_EQ(chw, floats(sd::read_npy((e / "init_image.npy").string())));
         const auto bin = sd::binarize_mask(mask);
-        EXPECT_EQ(bin, floats(sd::read_npy((e.path() / "mask.npy").string())));
-        EXPECT_EQ(sd::masked_image_chw(chw, bin), floats(sd::read_npy((e.path() / "masked_image.npy").string())));
-        const auto lat = floats(sd::read_npy((e.path() / "mask_latent.npy").string()));  // [n, 1, h, w]
+        EXPECT_EQ(bin, floats(sd::read_npy((e / "mask.npy").string())));
+        EXPECT_EQ(sd::masked_image_chw(chw, bin), floats(sd::read_npy((e / "masked_image.npy").string())));
+        const auto lat = floats(sd::read_npy((e / "mask_latent.npy").string()));  // [n, 1, h, w]
         const auto mine = sd::latent_mask(bin, img.width, img.height, 8);
         ASSERT_EQ(lat.size() % mine.size(), 0u);
         for (size_t k = 0; k < lat.size(); k += mine.size())
