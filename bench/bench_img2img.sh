@@ -2,7 +2,7 @@
 # img2img and inpainting at full size (issue 33), on models exported with random weights:
 #   /usr/bin/python3 scripts/export_model.py --random-init --out WORK/sd15
 #   /usr/bin/python3 scripts/export_model.py --random-init --config bench/v1-inpainting-inference.yaml --out WORK/sd15-inpaint
-#   bench/bench_img2img.sh WORK [THREADS]
+#   bench/bench_img2img.sh WORK [THREADS] [all|img2img|inpaint]
 # Prints, for 512x512 and DDIM: txt2img at 20 steps against img2img at strength
 # 0.5 (UNet evaluations from --verbose, wall time, peak RSS), the encoder stage's
 # time and peak, and the seconds per step of the inpainting UNet (9 channels)
@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$1
 threads=${2:-2}
+part=${3:-all}
 cli=build/sd-txt2img
 /usr/bin/python3 - "$work" <<'PY'
 import sys
@@ -29,12 +30,15 @@ run() {  # label, args...
   local out; out=$(mktemp -d)
   /usr/bin/time -f "$label: %e s wall, peak RSS %M KiB" "$cli" --threads "$threads" --quiet --verbose --seed 1 \
     --prompt "a yellow circle on a blue background" --sampler ddim --H 512 --W 512 --outdir "$out" "$@" 2>&1 >/dev/null |
-    grep -E "wall|model evaluations|vae encoder peak|unet +peak" | sed "s/^/  /"
+    grep -E "wall|model evaluations|vae encoder peak|unet +peak|error" | sed "s/^/  /"
   rm -rf "$out"
 }
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $threads threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
-run "txt2img 20 steps" --model "$work/sd15" --steps 20
-run "img2img 20 steps strength 0.5" --model "$work/sd15" --steps 20 --init-img "$work/init.png" --strength 0.5
+if [ "$part" != inpaint ]; then
+  run "txt2img 20 steps" --model "$work/sd15" --steps 20
+  run "img2img 20 steps strength 0.5" --model "$work/sd15" --steps 20 --init-img "$work/init.png" --strength 0.5
+fi
+[ "$part" = img2img ] && exit 0
 for m in sd15 sd15-inpaint; do
   for s in 2 4; do
     run "inpaint $m $s steps" --model "$work/$m" --steps "$s" --strength 1 --init-img "$work/init.png" --mask "$work/mask.png"

@@ -57,6 +57,12 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
     return c;
 }
 
+std::string ComputeChoice::describe() const {
+    std::string s = precision + " on " + device;
+    if (precision != "fp32") s += " (attention scores, softmax and norms in fp32)";
+    return s + ", weights held in " + weights + " (text encoder: fp32)";
+}
+
 LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& config, const ComputeChoice& compute,
                            StageTimes& times)
     : config_(config),

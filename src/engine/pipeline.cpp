@@ -34,35 +34,7 @@ namespace {
 // headers to ask the driver, and 4 GiB is the smallest GPU SD users run on.
 constexpr double kDefaultGpuBudget = 4.0 * (1 << 30);
 
-// One stage's measurements: its peak RSS (with --verbose; resetting the
-// kernel's counter) and the most freed bytes the allocator kept for reuse.
-// Each stage frees the last one's kept blocks: they are of other sizes.
-class StageMeter {
-public:
-    explicit StageMeter(bool measure) : measure_(measure) {
-        if (measure_) reset_peak_rss();
-    }
-    void end(long long& peak, long long& kept) const {
-        peak = measure_ ? peak_rss_bytes() : 0;
-        kept = static_cast<long long>(block_cache_stats().peak_cached_bytes);
-        drop_cached_blocks();
-    }
-
-private:
-    bool measure_;
-};
-
-double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-}
-
 }  // namespace
-
-std::string ComputeChoice::describe() const {
-    std::string s = precision + " on " + device;
-    if (precision != "fp32") s += " (attention scores, softmax and norms in fp32)";
-    return s + ", weights held in " + weights + " (text encoder: fp32)";
-}
 
 class TorchPipeline final : public Pipeline {
 public:
@@ -208,7 +180,7 @@ std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings
     const double load_before = times_.encode_load;
     const auto start = std::chrono::steady_clock::now();
     PictureStart p = sd::encode_picture(s, config_, *vae_, plan);
-    times_.last_encode = seconds_between(start, std::chrono::steady_clock::now()) - (times_.encode_load - load_before);
+    times_.last_encode = seconds_since(start) - (times_.encode_load - load_before);
     if (plan.sequential) stages_->release_vae_encoder();
     meter.end(peaks_.encode, peaks_.encode_kept);
     return p;
@@ -275,7 +247,7 @@ at::Tensor TorchPipeline::decode(const at::Tensor& latents, const MemoryPlan& pl
     const double load_before = times_.vae_load;
     const auto start = std::chrono::steady_clock::now();
     at::Tensor decoded = vae_->decode(latents, plan);
-    times_.last_decode = seconds_between(start, std::chrono::steady_clock::now()) - (times_.vae_load - load_before);
+    times_.last_decode = seconds_since(start) - (times_.vae_load - load_before);
     if (!at::isfinite(decoded).all().item<bool>())
         throw RunFailure(
             "the VAE decoder gave NaN or infinite pixels, so no image was written: its weights may hold "

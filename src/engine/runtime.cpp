@@ -82,4 +82,18 @@ double seconds_since_process_start() {
     return uptime - static_cast<double>(start_ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+StageMeter::StageMeter(bool measure) : measure_(measure) {
+    if (measure_) reset_peak_rss();
+}
+
+void StageMeter::end(long long& peak, long long& kept) const {
+    peak = measure_ ? peak_rss_bytes() : 0;
+    kept = static_cast<long long>(block_cache_stats().peak_cached_bytes);
+    drop_cached_blocks();
+}
+
 }  // namespace sd

@@ -1,6 +1,7 @@
 // Process-wide settings for LibTorch on this machine: threads, denormals, memory
 // measurements (OpenMP's wait policy is set before LibTorch loads: engine.h).
 #pragma once
+#include <chrono>
 
 namespace sd {
 
@@ -26,5 +27,20 @@ void release_free_memory();
 // Seconds since this process started (Linux: /proc/self/stat), so that
 // start-up costs before main() count too.
 double seconds_since_process_start();
+
+// Seconds from `start` to now.
+double seconds_since(std::chrono::steady_clock::time_point start);
+
+// One stage's measurements: its peak RSS (when measure is set; resetting the
+// kernel's counter on construction) and the most freed bytes the allocator
+// kept for reuse. Each stage frees the last one's kept blocks: they are of other sizes.
+class StageMeter {
+public:
+    explicit StageMeter(bool measure);
+    void end(long long& peak, long long& kept) const;
+
+private:
+    bool measure_;
+};
 
 }  // namespace sd
