@@ -8,6 +8,7 @@
 #include "sd/error.h"
 #include "io/image_io.h"
 #include "memory/planner.h"
+#include "planner_models.h"
 #include "test_util.h"
 
 using sdtest::run;
@@ -17,18 +18,7 @@ namespace {
 constexpr double GiB = 1024.0 * 1024 * 1024;
 constexpr double MiB = 1024.0 * 1024;
 
-// The full-size SD 1.5 architecture (file sizes of a float32 export).
-sd::MemoryModel sd15() {
-    sd::ModelConfig c;
-    c.architecture_json = R"({"unet": {"model_channels": 320, "channel_mult": [1, 2, 4, 4], "attention_resolutions": [4, 2, 1],
-        "num_res_blocks": 2, "num_heads": 8, "num_head_channels": -1},
-        "vae": {"ch": 128, "ch_mult": [1, 2, 4, 4]}, "text": {"ctx": 77, "width": 768, "heads": 12}})";
-    auto m = sd::memory_model(c);
-    m.text_weights = 492.3e6;
-    m.unet_weights = 3438.5e6;
-    m.vae_weights = 198.1e6;
-    return m;
-}
+sd::MemoryModel sd15() { return sdtest::sd15_memory_model(); }
 
 sd::MemoryRequest request(int size, int images, double budget) {
     sd::MemoryRequest r;
