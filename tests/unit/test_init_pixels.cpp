@@ -9,6 +9,7 @@
 #include "io/image_reader.h"
 #include "io/npy.h"
 #include "sd/error.h"
+#include "picture_cases.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -31,11 +32,11 @@ sd::Image gradient(int w, int h) {
 
 TEST(InitPixels, InpaintCasesAreReproducedExactly) {
     int checked = 0;
-    for (const auto& dir : sdtest::shared_cases_with("inpaint", "mask.png")) {
-        SCOPED_TRACE(dir);
-        const fs::path e = dir;
-        const auto img = sd::read_image((e / "init.png").string(), "--init-img");
-        const auto mask = sd::read_mask((e / "mask.png").string(), "--mask");
+    for (const auto& c : sdtest::inpaint_picture_cases()) {
+        SCOPED_TRACE(c.dir);
+        const fs::path e = c.dir;
+        const sd::Image& img = c.picture;
+        const sd::GreyImage& mask = c.mask;
         sd::InitPixelOptions o;
         o.width = img.width;
         o.height = img.height;

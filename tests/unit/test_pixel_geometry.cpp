@@ -14,6 +14,7 @@
 #include "io/image_reader.h"
 #include "io/npy.h"
 #include "sd/error.h"
+#include "picture_cases.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -344,11 +345,11 @@ std::vector<float> floats(const sd::NpyArray& a) { return std::vector<float>(a.a
 // The inpaint cases' preprocessing, from the PNGs: bit-exact.
 TEST(MaskProcessing, InpaintCasesPreprocessingIsExact) {
     int checked = 0;
-    for (const auto& dir : sdtest::shared_cases_with("inpaint", "mask.png")) {
-        SCOPED_TRACE(dir);
-        const fs::path e = dir;
-        const auto img = sd::read_image((e / "init.png").string(), "--init-img");
-        const auto mask = sd::read_mask((e / "mask.png").string(), "--mask");
+    for (const auto& c : sdtest::inpaint_picture_cases()) {
+        const sd::Image& img = c.picture;
+        const sd::GreyImage& mask = c.mask;
+        const fs::path e = c.dir;
+        SCOPED_TRACE(c.dir);
         sd::check_mask_size(mask, img.width, img.height, "--mask");
         const auto chw = sd::image_to_chw(img);
         EXPECT_EQ(chw, floats(sd::read_npy((e / "init_image.npy").string())));
