@@ -181,7 +181,8 @@ std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings
     const auto start = std::chrono::steady_clock::now();
     PictureStart p = sd::encode_picture(s, config_, *vae_, plan);
     times_.last_encode = seconds_since(start) - (times_.encode_load - load_before);
-    if (plan.sequential) stages_->release_vae_encoder();
+    // Used once a batch and not in the memory plan yet: never kept beside the UNet.
+    stages_->release_vae_encoder();
     meter.end(peaks_.encode, peaks_.encode_kept);
     return p;
 }
