@@ -447,6 +447,9 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
         if (c.default_steps > 0 && !app.count("--steps")) job.settings.steps = c.default_steps;
         if (!c.default_schedule.empty() && !app.count("--schedule")) job.settings.schedule = c.default_schedule;
     }
+    // Starting from a picture without --sampler: CompVis img2img.py's DDIM, as PLMS cannot start from one.
+    if (job.settings.init.active() && !app.count("--sampler") && !f.plms && job.settings.sampler == "plms")
+        job.settings.sampler = "ddim";
     job.model_name = model_name(pipeline.config(), f.model_dir);
     job.embeddings = pipeline.embeddings();  // for the PNG text's "TI hashes"
 }

@@ -147,6 +147,11 @@ TEST(Img2ImgCliRefusals, OneLineEach) {
     };
     const std::string st = sdtest::test_models() + "/tiny-st";
     refused({"--init-img", init, "--sampler", "plms"}, st, "another sampler than plms");
+    // Without --sampler a picture runs CompVis img2img.py's DDIM, not the default PLMS.
+    auto ddim = sdtest::run({sdtest::cli(), "--model", st, "--outdir", out + "/ddim", "--prompt", "a", "--steps", "2",
+                             "--init-img", init, "--quiet"});
+    ASSERT_EQ(ddim.exit_code, 0) << ddim.err;
+    EXPECT_NE(sdtest::read_text(sdtest::lines(ddim.out).at(0)).find("Sampler: DDIM"), std::string::npos);
     refused({"--init-img", init, "--strength", "0", "--sampler", "ddim"}, st, "--strength");
     refused({"--init-img", init, "--strength", "1.5", "--sampler", "ddim"}, st, "--strength");
     refused({"--mask", init, "--sampler", "ddim"}, st, "--mask needs --init-img");
