@@ -1,6 +1,7 @@
 #include "engine/picture_start.h"
 
 #include "image/init_pixels.h"
+#include "image/mask.h"
 #include "io/image_reader.h"
 
 namespace sd {
@@ -41,8 +42,18 @@ PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config
     if (px.has_mask()) {
         p.mask_latent = chw_tensor(px.mask_latent, 1, H / f, W / f);
         if (p.inpaint_unet) p.masked_moments = vae.encode(chw_tensor(px.masked_image_chw, 3, H, W), plan);
+        if (s.init.mask_blur > 0) {
+            p.original = px.original;
+            p.soft_mask = px.soft_mask;
+        }
     }
     return p;
+}
+
+std::vector<Image> paste_picture_back(const PictureStart& p, std::vector<Image> images) {
+    if (p.soft_mask.v.empty()) return images;
+    for (auto& img : images) img = paste_back(p.original, img, p.soft_mask);
+    return images;
 }
 
 StartLatents draw_start(const PictureStart& p, int64_t images, int64_t channels, int64_t h, int64_t w,

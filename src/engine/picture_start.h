@@ -18,7 +18,16 @@ struct PictureStart {
     at::Tensor mask_latent;     // [1, 1, h, w], 1 = repaint; undefined without a mask
     bool compvis = false;       // CompVis img2img.py: n copies of the picture, n posterior draws
     bool inpaint_unet = false;  // the UNet takes the mask and the masked latents as 5 more channels
+    // With --mask-blur: A1111's overlay of the picture over the result through
+    // the blurred mask (the references, with no blur, leave the VAE's pixels).
+    Image original;
+    GreyImage soft_mask;
 };
+
+// The result as A1111 shows an inpainting with a blurred mask: each image
+// overlaid by the original picture through the soft mask (kept pixels exact).
+// Images are returned as they are when the start has no soft mask to apply.
+std::vector<Image> paste_picture_back(const PictureStart& p, std::vector<Image> images);
 
 // Reads, prepares and encodes the batch's picture. Throws sd::Error for a
 // picture or mask that cannot be used, naming the file.

@@ -277,7 +277,7 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();
         out.latents.assign(latents.data_ptr<float>(), latents.data_ptr<float>() + latents.numel());
-        out.images = to_images(decoded);
+        out.images = picture ? paste_picture_back(*picture, to_images(decoded)) : to_images(decoded);
         return out;
     } catch (const Error&) {
         throw;

@@ -8,7 +8,9 @@
 #include <filesystem>
 
 #include "conformance_util.h"
+#include "image/mask.h"
 #include "io/image_io.h"
+#include "io/image_reader.h"
 #include "reference_case.h"
 #include "test_util.h"
 
@@ -201,6 +203,44 @@ TEST(Img2ImgCliCanvas, OutpaintResizeModesAndJsonLines) {
     r = sdtest::run({sdtest::cli(), "--model", st, "--outdir", out + "/jsonl", "--from-file", out + "/bad.jsonl"});
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("bad.jsonl:1: \"strength\""), std::string::npos) << r.err;
+}
+
+// --mask-blur: A1111's overlay through the blurred mask. Pixels the soft mask
+// keeps (0) are the picture's exactly; without a blur (the references) the kept
+// area is the VAE's reconstruction, and repainted pixels differ from the picture.
+TEST(Img2ImgCliCanvas, MaskBlurKeepsThePictureOutsideTheBlurredMask) {
+    const std::string dir = shared() + "/inpaint/cases/i4_ddim10_s1.0_binary_64x64";
+    const std::string out = sdtest::temp_dir();
+    auto make = [&](const std::string& name, std::vector<std::string> extra) {
+        std::vector<std::string> args = {sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--outdir",
+                                         out + "/" + name, "--quiet", "--prompt", "a boat", "--steps", "4",
+                                         "--sampler", "ddim", "--schedule", "leading", "--init-img", dir + "/init.png",
+                                         "--mask", dir + "/mask.png"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = sdtest::run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return r.exit_code == 0 ? sd::read_png(sdtest::lines(r.out).at(0)) : sd::Image{};
+    };
+    const sd::Image picture = sd::read_image(dir + "/init.png", "--init-img");
+    const sd::GreyImage soft = sd::blur_mask(sd::read_mask(dir + "/mask.png", "--mask"), 4);
+    const sd::Image blurred = make("blur", {"--mask-blur", "4"}), plain = make("plain", {});
+    ASSERT_EQ(blurred.rgb.size(), picture.rgb.size());
+    ASSERT_EQ(plain.rgb.size(), picture.rgb.size());
+    int kept = 0, kept_changed_plain = 0, repainted_changed = 0;
+    for (size_t i = 0; i < soft.v.size(); ++i)
+        for (int ch = 0; ch < 3; ++ch) {
+            const size_t k = i * 3 + static_cast<size_t>(ch);
+            if (soft.v[i] == 0) {
+                ++kept;
+                EXPECT_EQ(blurred.rgb[k], picture.rgb[k]) << "pixel " << i;
+                kept_changed_plain += plain.rgb[k] != picture.rgb[k];
+            } else if (soft.v[i] == 255) {
+                repainted_changed += blurred.rgb[k] != picture.rgb[k];
+            }
+        }
+    EXPECT_GT(kept, 0);
+    EXPECT_GT(kept_changed_plain, 0);  // without the blur nothing is pasted back
+    EXPECT_GT(repainted_changed, 0);
 }
 
 }  // namespace
