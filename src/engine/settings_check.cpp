@@ -1,5 +1,6 @@
 #include "engine/settings_check.h"
 
+#include "core/img2img_schedule.h"
 #include "core/schedule.h"
 #include "engine/sampling_loop.h"
 #include "sd/error.h"
@@ -23,8 +24,7 @@ void check_picture_settings(const ModelConfig& c, const std::string& model_dir, 
                         "paint into");
         return;
     }
-    if (!(init.strength > 0.0 && init.strength <= 1.0))
-        throw Error("--strength must be more than 0 and at most 1, got " + std::to_string(init.strength));
+    check_strength("--strength", init.strength);
     if (c.vae_encoder_path.empty())
         throw Error("model " + model_dir +
                     " has no VAE encoder, which --init-img needs: it was exported before "
