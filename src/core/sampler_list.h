@@ -1,6 +1,6 @@
 // Every sampler of the tool, one row each:
 //   X(function, name, A1111 name, family, schedules)
-// `function` names sample_<function> in src/engine/samplers.cpp, the tensor
+// `function` names sample_<function> in src/engine/sampling_loop.cpp, the tensor
 // code; `name` is what --sampler and JSONL lines say; the A1111 name is what
 // the PNG's "Sampler:" field says; `family` is compvis (CompVis timesteps, so
 // --steps 30 runs 31), k_diffusion (sigmas, exactly --steps) or lcm

@@ -41,7 +41,7 @@ StepTable make_table(const std::vector<float>& ac, int steps, const std::string&
 // draw is false (diffusers' DDIMScheduler with eta 0). A v model's DDIM passes
 // its own pred_x0 (ddim.py computes it from v directly).
 std::pair<at::Tensor, at::Tensor> ddim_update(const at::Tensor& x, const at::Tensor& e_t, const StepTable& s,
-                                              int64_t index, at::Generator& gen, at::Tensor pred_x0 = {},
+                                              int64_t index, StepNoise& draws, at::Tensor pred_x0 = {},
                                               bool draw = true) {
     const int64_t b = x.size(0);
     auto opts = x.options();
@@ -50,7 +50,7 @@ std::pair<at::Tensor, at::Tensor> ddim_update(const at::Tensor& x, const at::Ten
     auto sqrt_one_minus_at = at::full({b, 1, 1, 1}, s.sqrt_one_minus_alphas[index], opts);
     if (!pred_x0.defined()) pred_x0 = (x - sqrt_one_minus_at * e_t) / a_t.sqrt();
     auto dir_xt = (1.0 - a_prev).sqrt() * e_t;
-    if (draw) at::randn(x.sizes(), gen, opts);
+    if (draw) draws.next(x);
     auto x_prev = a_prev.sqrt() * pred_x0 + dir_xt;
     return {x_prev, pred_x0};
 }
@@ -80,7 +80,7 @@ using AfterStep = std::function<at::Tensor(int i, int total, at::Tensor x)>;
 // the top entry). CompVis draws a (discarded) noise tensor in every step,
 // diffusers' DDIMScheduler with eta 0 none.
 at::Tensor run_ddim(const ModelFn& model, Parameterization p, at::Tensor x, const std::vector<float>& ac,
-                    const StepTable& s, int first, bool draw, at::Generator& gen, const AfterStep& after,
+                    const StepTable& s, int first, bool draw, StepNoise& draws, const AfterStep& after,
                     const StepFn& on_step) {
     const int total = first + 1;
     for (int i = 0; i < total; ++i) {
@@ -93,7 +93,7 @@ at::Tensor run_ddim(const ModelFn& model, Parameterization p, at::Tensor x, cons
             e_t = sa * out + s1a * x;
             pred_x0 = sa * x - s1a * out;
         }
-        auto [x_prev, x0] = ddim_update(x, e_t, s, index, gen, pred_x0, draw);
+        auto [x_prev, x0] = ddim_update(x, e_t, s, index, draws, pred_x0, draw);
         x = x_prev;
         if (after) x = after(i, total, std::move(x));
         if (on_step) on_step(i, total, x, x0);
@@ -102,7 +102,7 @@ at::Tensor run_ddim(const ModelFn& model, Parameterization p, at::Tensor x, cons
 }
 
 at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac, int steps, const std::string& spacing,
-                    at::Generator& gen, const StepFn& on_step) {
+                    StepNoise& draws, const StepFn& on_step) {
     const StepTable s = make_table(ac, steps, spacing);
     const int total = static_cast<int>(s.timesteps.size());
     std::vector<at::Tensor> old_eps;  // guided eps of earlier steps, newest last
@@ -115,7 +115,7 @@ at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac
         if (n == 0) {
             // Pseudo improved Euler: a trial step, the model again at its end
             // (at the next timestep), then the mean of both slopes.
-            auto trial = ddim_update(x, e_t, s, index, gen);
+            auto trial = ddim_update(x, e_t, s, index, draws);
             auto e_next = eps(trial.first, timestep_tensor(b, s.timesteps[std::max<int64_t>(index - 1, 0)]));
             e_prime = (e_t + e_next) / 2;
         } else if (n == 1) {
@@ -125,7 +125,7 @@ at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac
         } else {
             e_prime = (55 * e_t - 59 * old_eps[n - 1] + 37 * old_eps[n - 2] - 9 * old_eps[n - 3]) / 24;
         }
-        auto [x_prev, pred_x0] = ddim_update(x, e_prime, s, index, gen);
+        auto [x_prev, pred_x0] = ddim_update(x, e_prime, s, index, draws);
         x = x_prev;
         old_eps.push_back(e_t);
         if (old_eps.size() > 3) old_eps.erase(old_eps.begin());
@@ -180,12 +180,12 @@ at::Tensor to_d(const at::Tensor& x, const at::Tensor& sigma, const at::Tensor& 
     return (x - denoised) / sigma;
 }
 
-at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, at::Generator& gen,
+at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, StepNoise& draws,
                      const AfterStep& after, const StepFn& on_step) {
     const int total = static_cast<int>(sigmas.size(0)) - 1;
     for (int i = 0; i < total; ++i) {
         // k-diffusion draws it even with s_churn = 0; sgm's EulerEDMSampler does not.
-        if (D.flavour != Flavour::Sgm) at::randn(x.sizes(), gen, x.options());
+        if (D.flavour != Flavour::Sgm) draws.next(x);
         auto sigma = sigmas[i] * 1.0;  // sigma_hat = sigma * (gamma + 1), gamma = 0
         auto denoised = D(x, sigma, i);
         auto d = to_d(x, sigma, denoised);
@@ -200,7 +200,7 @@ at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, 
 // step draws its noise in every step (the last one's multiplied by sigma_up = 0)
 // and does not clamp sigma_up; sgm's EulerAncestralSampler clamps it and draws
 // in every step, the last one's discarded.
-at::Tensor run_euler_ancestral(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, at::Generator& gen,
+at::Tensor run_euler_ancestral(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, StepNoise& draws,
                                const AfterStep& after, const StepFn& on_step) {
     const bool diffusers = D.flavour == Flavour::Diffusers, sgm = D.flavour == Flavour::Sgm;
     const int total = static_cast<int>(sigmas.size(0)) - 1;
@@ -214,10 +214,10 @@ at::Tensor run_euler_ancestral(const Denoiser& D, at::Tensor x, const at::Tensor
         auto d = to_d(x, from, denoised);
         x = x + d * (down - from);
         if (sgm) {
-            auto noise = at::randn(x.sizes(), gen, x.options());
+            auto noise = draws.next(x);
             if (to.item<float>() > 0) x = x + noise * 1.0 * up;
         } else if (diffusers || to.item<float>() > 0) {
-            x = x + at::randn(x.sizes(), gen, x.options()) * 1.0 * up;
+            x = x + draws.next(x) * 1.0 * up;
         }
         if (after) x = after(i, total, std::move(x));
         if (on_step) on_step(i, total, x, denoised);
@@ -258,7 +258,7 @@ at::Tensor run_dpmpp_2m(const Denoiser& D, at::Tensor x, const at::Tensor& sigma
 // noised again to the next timestep of the list with a fresh draw, except in
 // the last step, whose denoised is the result. img2img starts at entry `first`.
 at::Tensor run_lcm(const ModelFn& model, Parameterization p, at::Tensor x, const std::vector<float>& ac,
-                   const std::vector<int>& ts, int first, at::Generator& gen, const AfterStep& after,
+                   const std::vector<int>& ts, int first, StepNoise& draws, const AfterStep& after,
                    const StepFn& on_step) {
     const int count = static_cast<int>(ts.size()), total = count - first;
     for (int i = 0; i < total; ++i) {
@@ -273,7 +273,7 @@ at::Tensor run_lcm(const ModelFn& model, Parameterization p, at::Tensor x, const
         auto denoised = c_out * pred_x0 + c_skip * x;
         if (i + 1 < total) {
             auto a_prev = at::scalar_tensor(ac.at(static_cast<size_t>(ts[k + 1])), at::kFloat);
-            auto noise = at::randn(x.sizes(), gen, x.options());
+            auto noise = draws.next(x);
             x = a_prev.sqrt() * denoised + (1 - a_prev).sqrt() * noise;
         } else {
             x = denoised;
@@ -331,7 +331,7 @@ struct SamplerRun {
     const ModelFn& model;
     at::Tensor noise;
     const std::vector<float>& ac;
-    at::Generator& gen;
+    StepNoise& draws;
     const StepFn& on_step;
     at::Tensor x0;    // img2img / inpainting: the init latents, noise's size; undefined: txt2img
     at::Tensor mask;  // inpainting's latent blend; undefined: none
@@ -414,14 +414,14 @@ at::Tensor sigmas_at(const std::vector<float>& ac, const std::vector<int>& ts) {
 // One function per row of core/sampler_list.h.
 at::Tensor sample_plms(const SamplerRun& r) {
     const bool v = r.s.parameterization == Parameterization::V;
-    return run_plms(v ? v_to_eps(r.model, r.ac) : r.model, r.noise, r.ac, r.s.steps, r.s.schedule, r.gen, r.on_step);
+    return run_plms(v ? v_to_eps(r.model, r.ac) : r.model, r.noise, r.ac, r.s.steps, r.s.schedule, r.draws, r.on_step);
 }
 
 at::Tensor sample_ddim(const SamplerRun& r) {
     const StepTable table = make_table(r.ac, r.s.steps, r.s.schedule);
     const int count = static_cast<int>(table.timesteps.size());
     const Parameterization p = r.s.parameterization;
-    if (!r.img2img()) return run_ddim(r.model, p, r.noise, r.ac, table, count - 1, true, r.gen, nullptr, r.on_step);
+    if (!r.img2img()) return run_ddim(r.model, p, r.noise, r.ac, table, count - 1, true, r.draws, nullptr, r.on_step);
     // Entries of the ascending table: the one x is noised to and the first step run.
     int level = 0, first = 0;
     const bool compvis = r.s.schedule == "default";
@@ -444,18 +444,18 @@ at::Tensor sample_ddim(const SamplerRun& r) {
     }
     auto noised = [&](int j) { return vp_noised(r.x0, r.noise, table.alphas[static_cast<size_t>(j)]); };
     at::Tensor x = r.from_noise() ? r.noise : noised(level);
-    return run_ddim(r.model, p, x, r.ac, table, first, compvis, r.gen,
+    return run_ddim(r.model, p, x, r.ac, table, first, compvis, r.draws,
                     blend_after(r, [&](int i) { return noised(first - i - 1); }), r.on_step);
 }
 
 at::Tensor sample_euler(const SamplerRun& r) {
     KRun k = k_run(r);
-    return run_euler(k.denoiser, std::move(k.x), k.sigmas, r.gen, k.after, r.on_step);
+    return run_euler(k.denoiser, std::move(k.x), k.sigmas, r.draws, k.after, r.on_step);
 }
 
 at::Tensor sample_euler_a(const SamplerRun& r) {
     KRun k = k_run(r);
-    return run_euler_ancestral(k.denoiser, std::move(k.x), k.sigmas, r.gen, k.after, r.on_step);
+    return run_euler_ancestral(k.denoiser, std::move(k.x), k.sigmas, r.draws, k.after, r.on_step);
 }
 
 // --schedule leading, and karras with init latents, are diffusers'
@@ -492,7 +492,7 @@ at::Tensor sample_dpmpp_2m(const SamplerRun& r) {
 at::Tensor sample_lcm(const SamplerRun& r) {
     const std::vector<int> ts = lcm_timesteps(r.s.steps, static_cast<int>(r.ac.size()));
     const Parameterization p = r.s.parameterization;
-    if (!r.img2img()) return run_lcm(r.model, p, r.noise, r.ac, ts, 0, r.gen, nullptr, r.on_step);
+    if (!r.img2img()) return run_lcm(r.model, p, r.noise, r.ac, ts, 0, r.draws, nullptr, r.on_step);
     const int count = static_cast<int>(ts.size());
     const int t_start = diffusers_t_start(r.s.strength, count);
     if (t_start == count) return r.x0;
@@ -500,7 +500,7 @@ at::Tensor sample_lcm(const SamplerRun& r) {
         return vp_noised(r.x0, r.noise, r.ac.at(static_cast<size_t>(ts[static_cast<size_t>(k)])));
     };
     at::Tensor x = r.from_noise() ? r.noise : noised(t_start);
-    return run_lcm(r.model, p, x, r.ac, ts, t_start, r.gen,
+    return run_lcm(r.model, p, x, r.ac, ts, t_start, r.draws,
                    blend_after(r, [&](int i) { return noised(t_start + i + 1); }), r.on_step);
 }
 
@@ -625,14 +625,13 @@ at::Tensor sigma_to_t(const at::Tensor& sigma, const at::Tensor& log_sigmas) {
 }
 
 at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noise, const std::vector<float>& ac,
-                  at::Generator& gen, const StepFn& on_step, const at::Tensor& init_latents,
-                  const InpaintBlend* blend) {
+                  StepNoise& draws, const StepFn& on_step, const at::Tensor& init_latents, const InpaintBlend* blend) {
     check_sampler_settings(s.sampler, s.schedule);
     using Fn = at::Tensor (*)(const SamplerRun&);
 #define SD_SAMPLER_FN(function, name, a1111, family, schedules) {name, &sample_##function},
     static const std::pair<const char*, Fn> functions[] = {SD_SAMPLERS(SD_SAMPLER_FN)};
 #undef SD_SAMPLER_FN
-    SamplerRun run{s, model, std::move(noise), ac, gen, on_step, {}, {}};
+    SamplerRun run{s, model, std::move(noise), ac, draws, on_step, {}, {}};
     if (blend && !init_latents.defined()) throw Error("inpainting's latent blend needs the image latents");
     if (init_latents.defined()) {
         img2img_step_count(s.sampler, s.schedule, s.steps, s.strength,
@@ -656,6 +655,13 @@ at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noi
     for (const auto& [name, fn] : functions)
         if (s.sampler == name) return fn(run);
     throw Error("unknown sampler '" + s.sampler + "'");  // check_sampler_settings refused it already
+}
+
+at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noise, const std::vector<float>& ac,
+                  at::Generator& gen, const StepFn& on_step, const at::Tensor& init_latents,
+                  const InpaintBlend* blend) {
+    GeneratorNoise draws(gen);
+    return sample(s, model, std::move(noise), ac, draws, on_step, init_latents, blend);
 }
 
 }  // namespace sd

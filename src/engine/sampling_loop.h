@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/step_noise.h"
 #include "sd/sampler_catalog.h"
 
 namespace sd {
@@ -62,8 +63,8 @@ struct InpaintBlend {
     at::Tensor mask;  // [n or 1, 1, h, w] float32 at latent size: 1 = repaint, 0 = keep
 };
 
-// Runs the sampler from noise (the unscaled start noise, N(0, 1)). gen is the
-// run's generator; the random draws follow the references exactly, so that a
+// Runs the sampler from noise (the unscaled start noise, N(0, 1)). draws gives
+// each step's noise (engine/step_noise.h); the random draws follow the references exactly, so that a
 // seed gives the reference's images and later batches of a run the same start
 // noise as the reference:
 //   plms, ddim: one randn the size of x per step even with eta = 0 (multiplied
@@ -115,6 +116,10 @@ struct InpaintBlend {
 //   plms: refused (sd::Error): CompVis img2img.py has no PLMS.
 // blend (4-channel inpainting, see InpaintBlend) needs init_latents.
 // Without init_latents strength is ignored and the run is txt2img's.
+at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noise,
+                  const std::vector<float>& alphas_cumprod, StepNoise& draws, const StepFn& on_step = nullptr,
+                  const at::Tensor& init_latents = {}, const InpaintBlend* blend = nullptr);
+// The same with every draw from one CPU generator (GeneratorNoise).
 at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noise,
                   const std::vector<float>& alphas_cumprod, at::Generator& gen, const StepFn& on_step = nullptr,
                   const at::Tensor& init_latents = {}, const InpaintBlend* blend = nullptr);
