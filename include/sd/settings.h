@@ -3,6 +3,7 @@
 // LoRAs it merges), and where and how it computes (ComputeChoice).
 // No LibTorch here.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +82,24 @@ struct InitImage {
     }
 };
 
+// Where the noise comes from (issue 35): the web UI's choices. The defaults
+// are the references' (one CPU generator, no variation).
+struct NoiseSettings {
+    std::string rng = "cpu";          // cpu: LibTorch's CPU generator | nv: the web UI's GPU (Philox) generator
+    int64_t ensd = 0;                 // eta noise seed delta (the web UI's ENSD)
+    std::optional<uint64_t> subseed;  // variation seed; unset: none
+    double subseed_strength = 0;      // 0 < F <= 1 with a subseed: how far toward its noise
+    int seed_resize_from_w = 0;       // "Seed resize from" WxH; 0: off
+    int seed_resize_from_h = 0;
+    std::string brownian_tree = "a1111";  // SDE samplers' tree: a1111 (one per image) | kdiffusion (one per batch)
+    std::optional<double> eta;            // ancestral/SDE samplers' eta; unset: the sampler's own default
+    bool operator==(const NoiseSettings& o) const {
+        return rng == o.rng && ensd == o.ensd && subseed == o.subseed && subseed_strength == o.subseed_strength &&
+               seed_resize_from_w == o.seed_resize_from_w && seed_resize_from_h == o.seed_resize_from_h &&
+               brownian_tree == o.brownian_tree && eta == o.eta;
+    }
+};
+
 struct GenerateSettings {
     std::string sampler = default_sampler();  // sd/sampler_catalog.h
     std::string schedule =
@@ -104,6 +123,7 @@ struct GenerateSettings {
     int original_width = 0, original_height = 0, target_width = 0, target_height = 0;
     int crop_top = 0, crop_left = 0;
     InitImage init;
+    NoiseSettings noise;  // issue 35; the pipeline honours the defaults only until it lands
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.

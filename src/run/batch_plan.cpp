@@ -44,7 +44,7 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
            a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip && a.settings.loras == b.settings.loras &&
-           a.settings.init == b.settings.init;
+           a.settings.init == b.settings.init && a.settings.noise == b.settings.noise;
 }
 
 // The prompt's <lora:NAME:W> tags, found in --lora-dir, then --lora's files: the
