@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only the image's path goes to stdout: everything the set-up and build print goes to stderr.
 scripts/setup.sh >&2
-scripts/build.sh >&2
+# The tool and the demo model only: the tests are for scripts/test.sh.
+scripts/build.sh sd-txt2img demo-model >&2
 prompt="${1:-a red circle on a blue background}"
 shift || true
 build/sd-txt2img --prompt "$prompt" --outdir outputs/quickstart "$@"

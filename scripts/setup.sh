@@ -18,6 +18,7 @@ packages=(
   python3-torch python3-numpy python3-yaml   # scripts/export_model.py
   python3-pil             # tests read PNG metadata with an independent reader
   parallel                # GNU parallel: the test of sharding with parallel --joblog --resume (docs/cluster.md)
+  slurmctld slurmd slurm-client munge   # the test's one-node Slurm cluster (tests/cluster, docs/cluster.md)
 )
 
 missing=()
