@@ -38,6 +38,7 @@ struct PipelineOptions {
     // Textual inversion (issue 19): embedding files, and a folder of them (A1111's embeddings folder).
     std::vector<std::string> embeddings;
     std::string embeddings_dir;
+    bool record_noise = false;  // keep each batch's noise draws in BatchOutput::noise (--save-noise)
 };
 
 // A textual-inversion embedding the pipeline loaded: the word that calls it up

@@ -11,6 +11,7 @@
 
 #include "sd/error.h"
 #include "sd/loras.h"
+#include "sd/noise_rules.h"
 #include "sd/version.h"
 #include "text/prompt_weights.h"
 
@@ -262,6 +263,7 @@ RunPlan plan_run(const Txt2ImgJob& job) {
     if (job.n_samples < 1) throw Error("--n_samples must be at least 1");
     if (job.n_iter < 1) throw Error("--n_iter must be at least 1");
     if (job.prompts.empty()) throw Error("no prompt given (use --prompt or --from-file)");
+    check_noise_settings(job.settings.noise);
     if (job.n_samples > kMaxImages) throw Error("--n_samples " + std::to_string(job.n_samples) + " is too large");
     const bool per_image = job.seed_mode == SeedMode::per_image;
     const bool sharded = job.shard.n != 1 || job.shard.k != 0;
