@@ -97,7 +97,7 @@ at::Tensor RunNoise::start(const NoiseSettings& s, at::Generator& gen, at::IntAr
         noise = drawn.defined() ? drawn : at::randn(shape, gen);
         draws_.gen.emplace(gen);
     } else {
-        if (!lane_) lane_.emplace(s, seed_);
+        if (!lane_ || !(lane_->settings() == s)) lane_.emplace(s, seed_);  // other settings: their own generator
         noise = lane_->first(shape, factor);
         draws_.lane = &*lane_;
     }

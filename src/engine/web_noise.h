@@ -51,6 +51,7 @@ public:
     // shape [n, C, h, w]; factor: pixels per latent pixel (seed resize).
     at::Tensor first(at::IntArrayRef shape, int64_t factor);
     at::Tensor next(at::IntArrayRef shape) { return main_.randn(shape); }
+    const NoiseSettings& settings() const { return s_; }
 
 private:
     NoiseSettings s_;
