@@ -124,7 +124,7 @@ struct GenerateSettings {
     int original_width = 0, original_height = 0, target_width = 0, target_height = 0;
     int crop_top = 0, crop_left = 0;
     InitImage init;
-    NoiseSettings noise;  // issue 35; the pipeline honours the defaults only until it lands
+    NoiseSettings noise;  // issue 35; start noise and step draws: engine/web_noise.h (brownian_tree, eta: the samplers)
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.
