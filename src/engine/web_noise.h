@@ -70,6 +70,7 @@ private:
 class RunNoise {
 public:
     void seed(uint64_t seed);
+    uint64_t seed() const { return seed_; }  // the run's (compvis) or the image's (per-image) seed
     void record(bool on) { record_ = on; }
 
     // The start noise of a batch, shape [n, C, h, w]. With the tool's own draws
