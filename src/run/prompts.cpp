@@ -48,7 +48,8 @@ PromptOverrides parse_overrides(const nlohmann::json& j, const std::string& wher
             if (!v.is_string()) throw Error(what + " must be a string, got " + v.dump());
             (key == "rng" ? o.rng : o.seed_resize_from) = v.get<std::string>();
         } else if (key == "ensd") {
-            if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+            constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+            if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > kMax))
                 throw Error(what + " must be a whole number, got " + v.dump());
             o.ensd = v.get<int64_t>();
         } else if (key == "subseed_strength") {

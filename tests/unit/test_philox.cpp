@@ -68,7 +68,8 @@ TEST(Philox, EveryPlainNvCaseOfTheFixtures) {
         for (size_t i = 0; i < seeds.size(); ++i) {
             sd::PhiloxGenerator g(seeds[i]);
             const auto start = g.randn(per_image);
-            EXPECT_LE(max_diff(start.data(), first.as<float>() + i * per_image, per_image), 1e-6f) << dir << " image " << i;
+            EXPECT_LE(max_diff(start.data(), first.as<float>() + i * per_image, per_image), 1e-6f)
+                << dir << " image " << i;
             if (ensd != 0) g = sd::PhiloxGenerator(seeds[i] + static_cast<uint64_t>(ensd));
             for (int64_t k = 0; k < next.shape[0]; ++k) {
                 const auto draw = g.randn(per_image);
