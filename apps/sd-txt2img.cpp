@@ -23,6 +23,7 @@
 #include "sd/from_png.h"
 #include "sd/loras.h"
 #include "sd/model_hash.h"
+#include "sd/noise_rules.h"
 #include "sd/progress.h"
 #include "sd/prompts.h"
 #include "sd/records.h"
@@ -157,6 +158,8 @@ struct Flags {
     std::vector<std::string> loras;
     // SDXL's size conditioning (WxH, TOP,LEFT, WxH); empty: the reference's defaults.
     std::string original_size, crop_coords, target_size;
+    // The web UI's noise (issue 35): --rng, --subseed, --seed-resize-from as given; --ensd and the strength in job.
+    std::string rng = "cpu", subseed, seed_resize_from, save_noise;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -237,6 +240,24 @@ void add_flags(CLI::App& app, Flags& f) {
         "an existing file must be such a manifest, and it must not be a .png in --outdir");
     app.add_flag("--json", f.json, "print one JSON object per image instead of its path");
     app.add_option("--save-latents", f.save_latents, "write the run's final latents to this .npy file");
+    // The web UI's noise (docs/batches.md "The web UI's noise").
+    app.add_option("--rng", f.rng,
+                   "noise source: cpu (LibTorch's CPU generator) or nv (the web UI's imitation of an NVIDIA GPU's, "
+                   "its default; with --seed-mode per-image each image has its own, as there)")
+        ->capture_default_str();
+    app.add_option("--ensd", job.settings.noise.ensd,
+                   "eta noise seed delta (the web UI's ENSD): the sampler's draws come from a generator seeded "
+                   "seed + N")
+        ->capture_default_str();
+    app.add_option("--subseed", f.subseed, "variation seed (the web UI's), blended in by --subseed-strength");
+    app.add_option("--subseed-strength", job.settings.noise.subseed_strength,
+                   "how far the start noise moves toward the --subseed's, 0 to 1 (slerp, as the web UI)")
+        ->capture_default_str();
+    app.add_option("--seed-resize-from", f.seed_resize_from,
+                   "WxH: the web UI's \"resize seed from\": the noise drawn at this size, pasted centred");
+    app.add_option("--save-noise", f.save_noise,
+                   "write the start noise and every noise tensor the sampler drew to this .npy, [1 + D, n, 4, H/8, "
+                   "W/8]");
     // Memory: see docs/memory.md and docs/cli.md. Unset choices are left to the planner.
     app.add_option("--attention", f.attention, "auto, fused, full, per-head or chunked[:N]")->capture_default_str();
     app.add_option("--max-memory", f.max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
@@ -381,6 +402,11 @@ void settle_job(const CLI::App& app, Flags& f) {
     if (!f.shard.empty()) job.shard = sd::parse_shard(f.shard);
     job.outdir = f.outdir;
     job.save_latents = f.save_latents;
+    job.save_noise = f.save_noise;
+    job.settings.noise.rng = sd::parse_rng(f.rng);
+    if (!f.subseed.empty()) job.settings.noise.subseed = sd::parse_seed("--subseed", f.subseed);
+    if (!f.seed_resize_from.empty()) sd::parse_seed_resize_from(f.seed_resize_from, job.settings.noise);
+    sd::check_noise_settings(job.settings.noise);
     for (const auto& l : f.loras) job.loras.push_back(sd::parse_lora_flag(l));
     if (!f.original_size.empty()) {
         const auto v = sd::parse_whole_pair("--original-size", f.original_size, 'x', 1);
@@ -420,6 +446,7 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     o.preview_decoder = f.preview_decoder;
     o.preview_every = f.preview;
     o.vae = f.vae;
+    o.record_noise = !f.save_noise.empty();
     return o;
 }
 

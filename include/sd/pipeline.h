@@ -27,6 +27,10 @@ struct BatchOutput {
     std::vector<Image> images;
     std::vector<float> latents;  // final latents of the batch, [n, C, h, w]
     std::vector<int64_t> latent_shape;
+    // With PipelineOptions::record_noise: the start noise, then every noise
+    // tensor the sampler drew, as drawn, [1 + D, n, C, h, w] (--save-noise).
+    std::vector<float> noise;
+    std::vector<int64_t> noise_shape;
 };
 
 // Text to image over one exported model. An interface: its implementation is

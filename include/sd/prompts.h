@@ -37,6 +37,12 @@ struct PromptOverrides {
     // Starting from a picture (issue 33): "init_img", "mask", "strength", "outpaint".
     std::optional<std::string> init_img, mask, outpaint;
     std::optional<double> strength;
+    // The web UI's noise (issue 35): "rng", "ensd", "subseed", "subseed_strength", "seed_resize_from" (WxH).
+    std::optional<std::string> rng, seed_resize_from;
+    std::optional<int64_t> ensd;
+    std::optional<uint64_t> subseed;
+    std::optional<double> subseed_strength;
+    bool sets_noise() const { return rng || seed_resize_from || ensd || subseed || subseed_strength; }
 };
 
 struct PromptLine {

@@ -38,6 +38,7 @@ struct PipelineOptions {
     // Textual inversion (issue 19): embedding files, and a folder of them (A1111's embeddings folder).
     std::vector<std::string> embeddings;
     std::string embeddings_dir;
+    bool record_noise = false;  // keep each batch's noise draws in BatchOutput::noise (--save-noise)
 };
 
 // A textual-inversion embedding the pipeline loaded: the word that calls it up
@@ -123,7 +124,7 @@ struct GenerateSettings {
     int original_width = 0, original_height = 0, target_width = 0, target_height = 0;
     int crop_top = 0, crop_left = 0;
     InitImage init;
-    NoiseSettings noise;  // issue 35; the pipeline honours the defaults only until it lands
+    NoiseSettings noise;  // issue 35; start noise and step draws: engine/web_noise.h (brownian_tree, eta: the samplers)
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.

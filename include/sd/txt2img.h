@@ -48,6 +48,7 @@ struct Txt2ImgJob {
     Shard shard;
     bool grid = false;
     std::string save_latents;  // .npy path, empty for none
+    std::string save_noise;    // .npy of every noise draw, [1 + D, n, C, h, w] (the pipeline must record_noise)
     std::string model_name;    // recorded in the metadata
     // Remaking one image (--from-png): the first image's index (per-image seeds
     // are seed + index), and in compvis mode the one place of the batch to write.

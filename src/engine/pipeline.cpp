@@ -20,6 +20,7 @@
 #include "engine/stage_loader.h"
 #include "engine/text_conditioner.h"
 #include "engine/vae_codec.h"
+#include "engine/web_noise.h"
 #include "io/embedding_file.h"
 #include "memory/planner.h"
 #include "sd/error.h"
@@ -45,7 +46,10 @@ public:
     MemoryPlan plan(const GenerateSettings& s, int images) const override;
     const StagePeaks& measured() const override;
     const StageTimes& timings() const override { return times_; }
-    void seed(uint64_t seed) override { gen_ = at::make_generator<at::CPUGeneratorImpl>(seed); }
+    void seed(uint64_t seed) override {
+        gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+        noise_.seed(seed);
+    }
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
     std::vector<EmbeddingInfo> embeddings() const override;
@@ -73,6 +77,7 @@ private:
     MemoryModel memory_;
     double base_rss_ = 0;
     at::Generator gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
+    RunNoise noise_;  // the start noise and the sampler's draws: gen_'s, or the web UI's (NoiseSettings)
 };
 
 TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options) {
@@ -99,6 +104,7 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options)
     text_ = config_.is_sdxl() ? make_sdxl_conditioner(*stages_, *tokenizer_, &peaks_.text_rows)
                               : make_clip_conditioner(*stages_, *tokenizer_, embeddings_, &peaks_.text_rows);
     configure_runtime(options.threads);
+    noise_.record(options.record_noise);
     base_rss_ = static_cast<double>(current_rss_bytes());
 }
 
@@ -196,8 +202,8 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     StartLatents start;
     if (picture)
         start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen_);
-    else
-        start.noise = at::randn({images, config_.latent_channels, h, w}, gen_);
+    start.noise =
+        noise_.start(s.noise, gen_, {images, config_.latent_channels, h, w}, config_.downsample_factor, start.noise);
     auto& unet = stages_->unet();
     set_attention(unet, {plan.attention_mode, plan.attention_chunk});
     set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
@@ -227,7 +233,7 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     std::optional<InpaintBlend> blend;
     if (start.mask.defined()) blend = InpaintBlend{start.mask};
     if (first_batch) times_.start_to_first_step = seconds_since_process_start();
-    at::Tensor latents = sample(ks, std::ref(guidance), start.noise, config_.alphas_cumprod, gen_, on_step,
+    at::Tensor latents = sample(ks, std::ref(guidance), start.noise, config_.alphas_cumprod, noise_.steps(), on_step,
                                 start.init_latents, blend ? &*blend : nullptr)
                              .contiguous();
     peaks_.unet_evaluations = guidance.evaluations();
@@ -277,6 +283,10 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();
         out.latents.assign(latents.data_ptr<float>(), latents.data_ptr<float>() + latents.numel());
+        if (const at::Tensor n = noise_.recorded(); n.defined()) {
+            out.noise_shape = n.sizes().vec();
+            out.noise.assign(n.data_ptr<float>(), n.data_ptr<float>() + n.numel());
+        }
         out.images = picture ? paste_picture_back(*picture, to_images(decoded)) : to_images(decoded);
         return out;
     } catch (const Error&) {

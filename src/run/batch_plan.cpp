@@ -11,6 +11,7 @@
 
 #include "sd/error.h"
 #include "sd/loras.h"
+#include "sd/noise_rules.h"
 #include "sd/version.h"
 #include "text/prompt_weights.h"
 
@@ -47,6 +48,26 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
            a.settings.init == b.settings.init && a.settings.noise == b.settings.noise;
 }
 
+// A line's own noise options (the flags' rules, named by its place). compvis
+// seeds come from one generator for the run, which cannot change its source.
+void set_line_noise(PromptItem& item, const PromptOverrides& o, SeedMode mode) {
+    if (mode != SeedMode::per_image)
+        throw Error(item.where +
+                    ": noise options (rng, ensd, subseed, ...) on a line need --seed-mode per-image (compvis noise "
+                    "comes from one generator for the run)");
+    NoiseSettings& n = item.settings.noise;
+    try {
+        if (o.rng) n.rng = parse_rng(*o.rng);
+        if (o.ensd) n.ensd = *o.ensd;
+        if (o.subseed) n.subseed = *o.subseed;
+        if (o.subseed_strength) n.subseed_strength = *o.subseed_strength;
+        if (o.seed_resize_from) parse_seed_resize_from(*o.seed_resize_from, n);
+        check_noise_settings(n);
+    } catch (const Error& e) {
+        throw Error(item.where + ": " + e.what());
+    }
+}
+
 // The prompt's <lora:NAME:W> tags, found in --lora-dir, then --lora's files: the
 // order of the tags in the PNG text (--lora's written last), so --from-png merges alike.
 PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int number) {
@@ -76,6 +97,7 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
         throw Error(item.where + ": " + e.what());
     }
     item.seed = o.seed;
+    if (o.sets_noise()) set_line_noise(item, o, job.seed_mode);
     if (item.seed && job.seed_mode != SeedMode::per_image)
         throw Error(item.where +
                     ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
@@ -262,6 +284,7 @@ RunPlan plan_run(const Txt2ImgJob& job) {
     if (job.n_samples < 1) throw Error("--n_samples must be at least 1");
     if (job.n_iter < 1) throw Error("--n_iter must be at least 1");
     if (job.prompts.empty()) throw Error("no prompt given (use --prompt or --from-file)");
+    check_noise_settings(job.settings.noise);
     if (job.n_samples > kMaxImages) throw Error("--n_samples " + std::to_string(job.n_samples) + " is too large");
     const bool per_image = job.seed_mode == SeedMode::per_image;
     const bool sharded = job.shard.n != 1 || job.shard.k != 0;

@@ -39,11 +39,22 @@ PromptOverrides parse_overrides(const nlohmann::json& j, const std::string& wher
             if (!v.is_string()) throw Error(what + " must be a string, got " + v.dump());
             check_prompt_text(v.get<std::string>(), what);
             o.negative_prompt = v.get<std::string>();
-        } else if (key == "seed") {
+        } else if (key == "seed" || key == "subseed") {
             // The whole unsigned 64-bit range, as --seed.
             if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
                 throw Error(what + " must be a whole number from 0 to 18446744073709551615, got " + v.dump());
-            o.seed = v.get<uint64_t>();
+            (key == "seed" ? o.seed : o.subseed) = v.get<uint64_t>();
+        } else if (key == "rng" || key == "seed_resize_from") {
+            if (!v.is_string()) throw Error(what + " must be a string, got " + v.dump());
+            (key == "rng" ? o.rng : o.seed_resize_from) = v.get<std::string>();
+        } else if (key == "ensd") {
+            constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+            if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > kMax))
+                throw Error(what + " must be a whole number, got " + v.dump());
+            o.ensd = v.get<int64_t>();
+        } else if (key == "subseed_strength") {
+            if (!v.is_number()) throw Error(what + " must be a number, got " + v.dump());
+            o.subseed_strength = v.get<double>();
         } else if (key == "steps") {
             o.steps = static_cast<int>(get_whole(v, what, kStepsRange));
         } else if (key == "scale") {
@@ -73,7 +84,7 @@ PromptOverrides parse_overrides(const nlohmann::json& j, const std::string& wher
         } else {
             throw Error(where + ": unknown key \"" + key +
                         "\" (known: prompt, negative_prompt, seed, steps, scale, H, W, sampler, schedule, n_iter, "
-                        "init_img, mask, strength, outpaint)");
+                        "init_img, mask, strength, outpaint, rng, ensd, subseed, subseed_strength, seed_resize_from)");
         }
     }
     return o;

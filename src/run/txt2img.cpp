@@ -109,6 +109,7 @@ void check_before_running(const Pipeline& pipeline, const Txt2ImgJob& job, const
     }
     ensure_writable_dir(job.outdir);
     if (!job.save_latents.empty()) check_new_file_path(job.save_latents, "--save-latents");
+    if (!job.save_noise.empty()) check_new_file_path(job.save_noise, "--save-noise");
 }
 
 // This shard's images, less those already there when resuming (counted in `skipped`).
@@ -239,6 +240,7 @@ struct Extras {
     std::vector<int64_t> latent_shape;
     std::vector<Image> grid_images;
     std::string grid_parameters;  // the first image's, as AUTOMATIC1111 labels its grids
+    std::vector<BatchOutput> noise;  // --save-noise: each batch's draws (only noise and noise_shape kept)
 
     void add(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out) {
         if (job.grid && grid_parameters.empty()) {
@@ -258,11 +260,47 @@ struct Extras {
                 latent_shape[0] += out.latent_shape[0];
         }
         if (job.grid) grid_images.insert(grid_images.end(), out.images.begin(), out.images.end());
+        if (!job.save_noise.empty()) add_noise(out);
+    }
+
+    // One array for the run: the batches side by side along the image axis.
+    void add_noise(const BatchOutput& out) {
+        if (out.noise_shape.size() != 5) throw Error("--save-noise: the pipeline recorded no noise for a batch");
+        if (!noise.empty()) {
+            const auto& first = noise.front().noise_shape;
+            if (out.noise_shape[0] != first[0])
+                throw Error("--save-noise: the batches drew different numbers of noise tensors (" +
+                            std::to_string(first[0]) + " and " + std::to_string(out.noise_shape[0]) +
+                            "); one .npy holds one shape");
+            if (!std::equal(first.begin() + 2, first.end(), out.noise_shape.begin() + 2))
+                throw Error("--save-noise needs every image the same size; a later batch's size differs");
+        }
+        BatchOutput kept;
+        kept.noise = out.noise;
+        kept.noise_shape = out.noise_shape;
+        noise.push_back(std::move(kept));
+    }
+
+    void write_noise(const std::string& path) const {
+        std::vector<int64_t> shape = noise.front().noise_shape;
+        shape[1] = 0;
+        for (const auto& b : noise) shape[1] += b.noise_shape[1];
+        const size_t image = static_cast<size_t>(shape[2] * shape[3] * shape[4]);
+        std::vector<float> all;
+        all.reserve(static_cast<size_t>(shape[0] * shape[1]) * image);
+        for (int64_t d = 0; d < shape[0]; ++d)
+            for (const auto& b : noise) {
+                const size_t n = static_cast<size_t>(b.noise_shape[1]) * image;
+                all.insert(all.end(), b.noise.begin() + static_cast<ptrdiff_t>(d * n),
+                           b.noise.begin() + static_cast<ptrdiff_t>((d + 1) * n));
+            }
+        write_npy(path, "<f4", shape, all.data(), all.size() * sizeof(float));
     }
 
     void write(const Txt2ImgJob& job, const Txt2ImgEvents& events) const {
         if (!job.save_latents.empty() && !latents.empty())
             write_npy(job.save_latents, "<f4", latent_shape, latents.data(), latents.size() * sizeof(float));
+        if (!job.save_noise.empty() && !noise.empty()) write_noise(job.save_noise);
         if (!job.grid || grid_images.empty()) return;
         const bool same_size = std::all_of(grid_images.begin(), grid_images.end(), [&](const Image& im) {
             return im.width == grid_images[0].width && im.height == grid_images[0].height;
@@ -409,6 +447,7 @@ Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, Prom
         part.from_file = true;
         part.first_index = job.first_index + index;
         part.save_latents.clear();  // written once, at the end; its path was checked then
+        part.save_noise.clear();
         RunPlan plan = plan_run(part);
         for (auto& item : plan.items) {
             item.number += number;
@@ -424,6 +463,7 @@ Txt2ImgResult run_txt2img_stream(Pipeline& pipeline, const Txt2ImgJob& job, Prom
 
     RunState st;
     if (!job.save_latents.empty()) check_new_file_path(job.save_latents, "--save-latents");
+    if (!job.save_noise.empty()) check_new_file_path(job.save_noise, "--save-noise");
     if (job.seed_mode != SeedMode::per_image) pipeline.seed(job.seed);
     std::optional<PromptLine> pending = reader.next();
     if (!pending) throw Error("prompt file <stdin> holds no prompts");
