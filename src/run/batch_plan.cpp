@@ -163,22 +163,34 @@ std::string expand_name(const std::string& pattern, int index, uint64_t seed, co
 
 namespace {
 
-// Our schedule names and the "Schedule type" names AUTOMATIC1111 writes for them.
-const std::pair<const char*, const char*> kScheduleNames[] = {
-    {"default", "Uniform"}, {"karras", "Karras"}, {"leading", "Leading"}, {"trailing", "Trailing"}};
+// The "Schedule type" labels of AUTOMATIC1111's web UI (modules/sd_schedulers.py) and
+// diffusers' spacings this tool adds. A label's schedule here is the web UI's own
+// name for it: the label in lower case with '_' for ' ' ("SGM Uniform" -> sgm_uniform);
+// "Uniform" (and "Automatic") is the model's own sigmas, "default" here.
+const char* const kScheduleLabels[] = {"Uniform", "Karras",  "Exponential", "Polyexponential", "SGM Uniform",
+                                       "KL Optimal", "Align Your Steps", "Simple", "Normal", "DDIM", "Beta",
+                                       "Leading", "Trailing"};
+
+std::string schedule_of_label(const std::string& label) {
+    std::string out;
+    for (char c : label) out += c == ' ' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out == "uniform" ? "default" : out;
+}
 
 }  // namespace
 
 std::string schedule_a1111_name(const std::string& schedule) {
-    for (const auto& [ours, a1111] : kScheduleNames)
-        if (schedule == ours) return a1111;
-    return "Uniform";
+    for (const char* label : kScheduleLabels)
+        if (schedule_of_label(label) == schedule) return label;
+    return schedule;  // a schedule the web UI has no label for keeps its own name
 }
 
 std::string schedule_from_a1111_name(const std::string& name) {
-    if (name == "Automatic") return "default";  // AUTOMATIC1111's own default
-    for (const auto& [ours, a1111] : kScheduleNames)
-        if (name == a1111) return ours;
+    // The web UI's labels and its own names (v1.6-1.8 wrote "karras"), in any case.
+    const std::string key = schedule_of_label(name);
+    if (key == "automatic") return "default";  // the sampler's own: the model's sigmas when the web UI writes it
+    for (const char* label : kScheduleLabels)
+        if (schedule_of_label(label) == key) return key;
     return "";
 }
 
@@ -222,7 +234,41 @@ std::string init_image_text(const InitImage& init) {
     return text;
 }
 
+// The web UI's variation fields, after "Model" as it writes them, only where they
+// change the noise: "Variation seed" (the image's own) and its strength, "Seed resize from".
+std::string variation_text(const NoiseSettings& n, const PlannedImage& img, SeedMode mode) {
+    std::string text;
+    if (n.subseed && n.subseed_strength != 0)
+        text += ", Variation seed: " + std::to_string(image_subseed(n, img, mode)) +
+                ", Variation seed strength: " + format_number(n.subseed_strength);
+    if (n.seed_resize_from_w > 0 && n.seed_resize_from_h > 0)
+        text += ", Seed resize from: " + std::to_string(n.seed_resize_from_w) + "x" +
+                std::to_string(n.seed_resize_from_h);
+    return text;
+}
+
+// The other noise fields, each only where it differs from the web UI's default: ENSD;
+// "RNG" (absent means its GPU source, whose numbers nv gives; the cpu source is its "CPU");
+// the sampler's eta ("Eta" for k-diffusion samplers, default 1, "Eta DDIM" for DDIM's,
+// default 0); and this tool's Brownian-tree seeding when it is k-diffusion's own.
+std::string noise_text(const NoiseSettings& n, SamplerFamily family) {
+    std::string text;
+    if (n.ensd != 0) text += ", ENSD: " + std::to_string(n.ensd);
+    if (n.rng == "cpu") text += ", RNG: CPU";
+    if (n.eta) {
+        if (family == SamplerFamily::compvis && *n.eta != 0) text += ", Eta DDIM: " + format_number(*n.eta);
+        if (family != SamplerFamily::compvis && *n.eta != 1) text += ", Eta: " + format_number(*n.eta);
+    }
+    if (n.brownian_tree != "a1111") text += ", Brownian tree: " + n.brownian_tree;
+    return text;
+}
+
 }  // namespace
+
+uint64_t image_subseed(const NoiseSettings& noise, const PlannedImage& img, SeedMode mode) {
+    const uint64_t subseed = noise.subseed.value_or(0);
+    return mode == SeedMode::per_image ? subseed + static_cast<uint64_t>(img.index) : subseed;
+}
 
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings) {
@@ -241,6 +287,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     text += ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(img.seed) +
             ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
             ", Model: " + quoted(model);
+    text += variation_text(item.settings.noise, img, mode);
     // AUTOMATIC1111's syntax is the default; the other reading changes the image, so it is recorded.
     if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";
     // A1111 records clip skip when it is not 1, and the embeddings the prompts used.
@@ -248,6 +295,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     if (const std::string ti = ti_hashes(item, embeddings); !ti.empty()) text += ", TI hashes: " + quoted(ti);
     if (!item.settings.loras.empty()) text += ", Lora hashes: " + lora_hashes_text(item.settings.loras);
     text += init_image_text(item.settings.init);
+    text += noise_text(item.settings.noise, sampler.family);
     text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
     // compvis: the run's seed alone does not say which noise this image got; its batch does.
     if (mode == SeedMode::compvis)
