@@ -247,14 +247,15 @@ std::string variation_text(const NoiseSettings& n, const PlannedImage& img, Seed
     return text;
 }
 
-// The other noise fields, each only where it differs from the web UI's default: ENSD;
-// "RNG" (absent means its GPU source, whose numbers nv gives; the cpu source is its "CPU");
-// the sampler's eta ("Eta" for k-diffusion samplers, default 1, "Eta DDIM" for DDIM's,
-// default 0); and this tool's Brownian-tree seeding when it is k-diffusion's own.
+// The other noise fields: ENSD where it is not 0; "RNG" always, as the web UI names its
+// sources ("CPU"; "NV", whose numbers are its GPU's: the web UI leaves its GPU and NV
+// unwritten, but this tool's texts from before nv have no "RNG" and mean cpu); the
+// sampler's eta where not the default ("Eta" for k-diffusion samplers, default 1,
+// "Eta DDIM" for DDIM's, default 0); this tool's Brownian-tree seeding when it is k-diffusion's own.
 std::string noise_text(const NoiseSettings& n, SamplerFamily family) {
     std::string text;
     if (n.ensd != 0) text += ", ENSD: " + std::to_string(n.ensd);
-    if (n.rng == "cpu") text += ", RNG: CPU";
+    text += n.rng == "nv" ? ", RNG: NV" : ", RNG: CPU";
     if (n.eta) {
         if (family == SamplerFamily::compvis && *n.eta != 0) text += ", Eta DDIM: " + format_number(*n.eta);
         if (family != SamplerFamily::compvis && *n.eta != 1) text += ", Eta: " + format_number(*n.eta);
