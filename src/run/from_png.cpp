@@ -73,13 +73,11 @@ Fields split_settings(const std::string& line, const std::string& where) {
                 throw Error(where + ": malformed quoted value of \"" + text_excerpt(key) + "\"");
             }
             i = j + 1;
-        } else if (i < line.size() && line[i] == '{') {
+        } else if (i < line.size() && line[i] == '{' && json_object_end(line, i) != std::string::npos) {
             const size_t end = json_object_end(line, i);
-            if (end == std::string::npos)
-                throw Error(where + ": unterminated {...} value of \"" + text_excerpt(key) + "\"");
             value = line.substr(i, end - i);
             i = end;
-        } else {
+        } else {  // (a '{' that never closes is a plain value)
             const size_t comma = line.find(',', i);
             const size_t end = comma == std::string::npos ? line.size() : comma;
             value = line.substr(i, end - i);
