@@ -553,8 +553,6 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
         // Image i of a per-image run is seeded seed + i: keep its index, and so its text.
         job.first_index = rec.index.value_or(0);
         job.seed = seed - static_cast<uint64_t>(job.first_index);
-        // and its variation seed subseed + i (sd::image_subseed)
-        if (rec.subseed && !given("--subseed")) noise.subseed = *rec.subseed - static_cast<uint64_t>(job.first_index);
         if (!given("--n_samples")) job.n_samples = 1;
     } else {
         // compvis: the image is one slice of its batch's noise, drawn from the run's seed.

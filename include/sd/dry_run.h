@@ -12,7 +12,7 @@ namespace sd {
 // (this shard's, and with --from-png's keep_position only that image): index,
 // prompt, negative_prompt, seed, seed_mode, batch {size, position, number},
 // sampler, schedule, steps, scale, width, height, clip_skip, prompt_syntax,
-// noise {rng, ensd, subseed (the image's), subseed_strength, seed_resize_from,
+// noise {rng, ensd, subseed, subseed_strength, seed_resize_from,
 // brownian_tree, eta}, loras, init and "parameters" (the PNG text; "TI hashes"
 // needs the loaded embeddings and is left out). Reads the LoRA and picture files
 // for their hashes. Throws sd::Error as plan_run and check_job do.

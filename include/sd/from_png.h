@@ -55,7 +55,7 @@ struct RecordedImage {
     std::optional<std::string> outpaint, resize_mode, masked_content;
     // Noise (issue 35), always set from the text or its writer's default ("RNG"
     // absent: cpu for this tool's texts, nv for the web UI's GPU default).
-    // "Variation seed" is the image's own (in a per-image run, the run's subseed + index).
+    // "Variation seed": every image of a run blends toward the same one.
     std::string rng = "cpu";
     int64_t ensd = 0;
     std::optional<uint64_t> subseed;

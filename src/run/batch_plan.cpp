@@ -163,34 +163,22 @@ std::string expand_name(const std::string& pattern, int index, uint64_t seed, co
 
 namespace {
 
-// The "Schedule type" labels of AUTOMATIC1111's web UI (modules/sd_schedulers.py) and
-// diffusers' spacings this tool adds. A label's schedule here is the web UI's own
-// name for it: the label in lower case with '_' for ' ' ("SGM Uniform" -> sgm_uniform);
-// "Uniform" (and "Automatic") is the model's own sigmas, "default" here.
-const char* const kScheduleLabels[] = {"Uniform", "Karras",  "Exponential", "Polyexponential", "SGM Uniform",
-                                       "KL Optimal", "Align Your Steps", "Simple", "Normal", "DDIM", "Beta",
-                                       "Leading", "Trailing"};
-
-std::string schedule_of_label(const std::string& label) {
-    std::string out;
-    for (char c : label) out += c == ' ' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out == "uniform" ? "default" : out;
-}
+// Our schedule names and the "Schedule type" names AUTOMATIC1111 writes for them.
+const std::pair<const char*, const char*> kScheduleNames[] = {
+    {"default", "Uniform"}, {"karras", "Karras"}, {"leading", "Leading"}, {"trailing", "Trailing"}};
 
 }  // namespace
 
 std::string schedule_a1111_name(const std::string& schedule) {
-    for (const char* label : kScheduleLabels)
-        if (schedule_of_label(label) == schedule) return label;
-    return schedule;  // a schedule the web UI has no label for keeps its own name
+    for (const auto& [ours, a1111] : kScheduleNames)
+        if (schedule == ours) return a1111;
+    return "Uniform";
 }
 
 std::string schedule_from_a1111_name(const std::string& name) {
-    // The web UI's labels and its own names (v1.6-1.8 wrote "karras"), in any case.
-    const std::string key = schedule_of_label(name);
-    if (key == "automatic") return "default";  // the sampler's own: the model's sigmas when the web UI writes it
-    for (const char* label : kScheduleLabels)
-        if (schedule_of_label(label) == key) return key;
+    if (name == "Automatic") return "default";  // AUTOMATIC1111's own default
+    for (const auto& [ours, a1111] : kScheduleNames)
+        if (name == a1111) return ours;
     return "";
 }
 
@@ -235,11 +223,13 @@ std::string init_image_text(const InitImage& init) {
 }
 
 // The web UI's variation fields, after "Model" as it writes them, only where they
-// change the noise: "Variation seed" (the image's own) and its strength, "Seed resize from".
-std::string variation_text(const NoiseSettings& n, const PlannedImage& img, SeedMode mode) {
+// change the noise: "Variation seed" and its strength, "Seed resize from". Every
+// image of a run blends toward the same variation seed (engine/web_noise.h): the
+// image's own, as the web UI records it.
+std::string variation_text(const NoiseSettings& n) {
     std::string text;
     if (n.subseed && n.subseed_strength != 0)
-        text += ", Variation seed: " + std::to_string(image_subseed(n, img, mode)) +
+        text += ", Variation seed: " + std::to_string(*n.subseed) +
                 ", Variation seed strength: " + format_number(n.subseed_strength);
     if (n.seed_resize_from_w > 0 && n.seed_resize_from_h > 0)
         text += ", Seed resize from: " + std::to_string(n.seed_resize_from_w) + "x" +
@@ -266,11 +256,6 @@ std::string noise_text(const NoiseSettings& n, SamplerFamily family) {
 
 }  // namespace
 
-uint64_t image_subseed(const NoiseSettings& noise, const PlannedImage& img, SeedMode mode) {
-    const uint64_t subseed = noise.subseed.value_or(0);
-    return mode == SeedMode::per_image ? subseed + static_cast<uint64_t>(img.index) : subseed;
-}
-
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings) {
     // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
@@ -288,7 +273,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     text += ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(img.seed) +
             ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
             ", Model: " + quoted(model);
-    text += variation_text(item.settings.noise, img, mode);
+    text += variation_text(item.settings.noise);
     // AUTOMATIC1111's syntax is the default; the other reading changes the image, so it is recorded.
     if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";
     // A1111 records clip skip when it is not 1, and the embeddings the prompts used.

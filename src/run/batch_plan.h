@@ -50,17 +50,9 @@ RunPlan plan_run(const Txt2ImgJob& job);
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings = {});
 
-// The variation seed an image gets (NoiseSettings::subseed, unset: 0): per-image
-// seeds number it like the seed, subseed + index (the web UI's subseed + i); compvis: the run's.
-// The PNG text records it as "Variation seed".
-uint64_t image_subseed(const NoiseSettings& noise, const PlannedImage& img, SeedMode mode);
-
 // --schedule's names as AUTOMATIC1111's "Schedule type" writes them (default:
-// "Uniform", the model's own sigmas; karras: "Karras"; sgm_uniform: "SGM Uniform"),
-// and back, in any case ("" if the web UI has no such label; "Automatic" is
-// "default": the web UI writes it only where it means the model's sigmas,
-// otherwise it writes the schedule the sampler chose, "Karras" for DPM++ 2M).
-// Whether a sampler here takes a schedule is the catalog's (check_sampler_settings).
+// "Uniform", the model's own sigmas; karras: "Karras"), and back ("" if unknown;
+// "Automatic" is the sampler's default, the model's sigmas here).
 std::string schedule_a1111_name(const std::string& schedule);
 std::string schedule_from_a1111_name(const std::string& name);
 

@@ -13,11 +13,11 @@ namespace {
 
 using ordered_json = nlohmann::ordered_json;
 
-ordered_json noise_json(const NoiseSettings& n, const PlannedImage& img, SeedMode mode) {
+ordered_json noise_json(const NoiseSettings& n) {
     ordered_json j;
     j["rng"] = n.rng;
     j["ensd"] = n.ensd;
-    j["subseed"] = n.subseed ? ordered_json(image_subseed(n, img, mode)) : ordered_json(nullptr);
+    j["subseed"] = n.subseed ? ordered_json(*n.subseed) : ordered_json(nullptr);
     j["subseed_strength"] = n.subseed_strength;
     j["seed_resize_from"] = n.seed_resize_from_w > 0 && n.seed_resize_from_h > 0
                                 ? ordered_json(std::to_string(n.seed_resize_from_w) + "x" +
@@ -87,7 +87,7 @@ std::vector<std::string> dry_run_records(const Txt2ImgJob& job) {
             j["height"] = s.height;
             j["clip_skip"] = s.clip_skip;
             j["prompt_syntax"] = s.prompt_weights ? "a1111" : "plain";
-            j["noise"] = noise_json(s.noise, img, job.seed_mode);
+            j["noise"] = noise_json(s.noise);
             j["loras"] = ordered_json::array();
             for (const auto& l : s.loras)
                 j["loras"].push_back({{"path", l.path}, {"text_weight", l.text_weight}, {"unet_weight", l.unet_weight}});

@@ -159,6 +159,22 @@ std::optional<std::string> sampler_named(const std::string& name) {
     return std::nullopt;
 }
 
+// A "Schedule type" value as a schedule of the catalog: the web UI's label
+// ("Karras", "SGM Uniform"; schedule_from_a1111_name) or, as v1.6-1.8 wrote it,
+// its own lower-case name ("karras", "exponential"); "" if neither.
+std::string schedule_named(const std::string& value) {
+    if (std::string s = schedule_from_a1111_name(value); !s.empty()) return s;
+    for (const auto& s : samplers())
+        for (const auto& name : s.schedules)
+            if (value == name) return name;
+    return "";
+}
+
+// "Automatic" (and "Uniform"): the sampler's own choice, which an old combined name already made.
+bool sampler_own_schedule(const std::string& schedule) {
+    return schedule == schedule_from_a1111_name("Automatic") || schedule == schedule_from_a1111_name("Uniform");
+}
+
 // The web UI's "Sampler": its name, or before v1.9 the name and the schedule in
 // one ("DPM++ 2M Karras", "DPM++ 2M SDE Exponential"); v1.9 reads those the same way.
 bool read_web_ui_sampler(const std::string& value, RecordedImage& r) {
@@ -167,9 +183,9 @@ bool read_web_ui_sampler(const std::string& value, RecordedImage& r) {
         return true;
     }
     for (size_t cut = value.rfind(' '); cut != std::string::npos && cut > 0; cut = value.rfind(' ', cut - 1)) {
-        const std::string schedule = schedule_from_a1111_name(value.substr(cut + 1));
+        const std::string schedule = schedule_named(value.substr(cut + 1));
         const auto s = sampler_named(value.substr(0, cut));
-        if (s && !schedule.empty() && schedule != "default") {
+        if (s && !schedule.empty() && !sampler_own_schedule(schedule)) {
             r.sampler = s;
             if (!r.schedule) r.schedule = schedule;  // an explicit "Schedule type" wins
             return true;
@@ -198,7 +214,8 @@ bool read_sdcpp_sampler(const std::string& value, RecordedImage& r) {
     for (const auto& [theirs, web_ui] : kSdcppSamplers)
         if (method == theirs) r.sampler = sampler_named(web_ui);
     for (const auto& [theirs, label] : kSdcppSchedules)
-        if (scheduler == theirs) r.schedule = schedule_from_a1111_name(label);
+        if (const std::string schedule = schedule_named(label); scheduler == theirs && !schedule.empty())
+            r.schedule = schedule;
     return r.sampler && r.schedule;
 }
 
@@ -304,10 +321,10 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
             if (!known) cannot(key, value);
         } else if (key == "Schedule type") {
             schedule_field = value;
-            const std::string schedule = schedule_from_a1111_name(value);
+            const std::string schedule = schedule_named(value);
             if (schedule.empty())
                 cannot(key, value);
-            else if (schedule != "default" || !r.schedule)  // "Automatic" leaves a "DPM++ 2M Karras" schedule alone
+            else if (!sampler_own_schedule(schedule) || !r.schedule)  // "Automatic" leaves "DPM++ 2M Karras" alone
                 r.schedule = schedule;
         } else if (key == "CFG scale") {
             char* end = nullptr;

@@ -126,7 +126,7 @@ TEST(WebUiTexts, NoiseFieldsAreWrittenAsTheWebUiDoes) {
     n.eta = 0.5;
     n.brownian_tree = "kdiffusion";
     EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::per_image, "m"),
-              head + ", Variation seed: 79, Variation seed strength: 0.25, Seed resize from: 256x320, ENSD: 31337, "
+              head + ", Variation seed: 77, Variation seed strength: 0.25, Seed resize from: 256x320, ENSD: 31337, "
                      "RNG: NV, Eta: 0.5, Brownian tree: kdiffusion" + tail);
     // the defaults are not written: eta 1 for k-diffusion samplers, strength 0, cpu as the web UI's "CPU"
     n = sd::NoiseSettings{};
@@ -143,7 +143,7 @@ TEST(WebUiTexts, NoiseFieldsAreWrittenAsTheWebUiDoes) {
     EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::per_image, "m").find("Eta"), std::string::npos);
 }
 
-// Written and read back: the same noise settings (per-image: the run's subseed from the image's own).
+// Written and read back: the same noise settings.
 TEST(WebUiTexts, NoiseFieldsReadBack) {
     sd::PromptItem item;
     item.prompt = "a fox";
@@ -164,8 +164,7 @@ TEST(WebUiTexts, NoiseFieldsReadBack) {
     EXPECT_TRUE(r.unhonoured.empty());
     EXPECT_EQ(r.rng, "nv");
     EXPECT_EQ(r.ensd, -5);
-    EXPECT_EQ(r.subseed, 2u);  // 2^64 - 1 + 3, as the image's own
-    EXPECT_EQ(*r.subseed - static_cast<uint64_t>(*r.index), *n.subseed);
+    EXPECT_EQ(r.subseed, n.subseed);
     EXPECT_EQ(r.subseed_strength, 0.125);
     EXPECT_EQ(r.seed_resize_from_w, 64);
     EXPECT_EQ(r.seed_resize_from_h, 96);
@@ -192,7 +191,8 @@ TEST(WebUiTexts, WebUiFieldsAreRead) {
         EXPECT_TRUE(r.unhonoured.empty()) << f;
     }
     EXPECT_EQ(read("Sampler: DPM++ 2M, Schedule type: Uniform").schedule, "default");
-    EXPECT_EQ(read("Sampler: Euler a, Schedule type: Automatic").schedule, "default");
+    // "Automatic": the catalog's name for the sampler's own choice (the model's sigmas for Euler a)
+    EXPECT_EQ(read("Sampler: Euler a, Schedule type: Automatic").schedule, sd::schedule_from_a1111_name("Automatic"));
     // RNG: CPU, the GPU's numbers (GPU, NV), absent: the GPU
     EXPECT_EQ(read("Sampler: Euler a, RNG: CPU").rng, "cpu");
     EXPECT_EQ(read("Sampler: Euler a, RNG: NV").rng, "nv");
