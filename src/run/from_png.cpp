@@ -52,6 +52,7 @@ size_t json_object_end(const std::string& line, size_t i) {
 Fields split_settings(const std::string& line, const std::string& where) {
     Fields out;
     size_t i = 0;
+    bool objects = true;  // {...} values are looked for
     while (i < line.size()) {
         while (i < line.size() && (line[i] == ' ' || line[i] == ',')) ++i;
         if (i >= line.size()) break;
@@ -73,11 +74,15 @@ Fields split_settings(const std::string& line, const std::string& where) {
                 throw Error(where + ": malformed quoted value of \"" + text_excerpt(key) + "\"");
             }
             i = j + 1;
-        } else if (i < line.size() && line[i] == '{' && json_object_end(line, i) != std::string::npos) {
-            const size_t end = json_object_end(line, i);
-            value = line.substr(i, end - i);
-            i = end;
-        } else {  // (a '{' that never closes is a plain value)
+        } else if (const size_t close = i < line.size() && line[i] == '{' && objects ? json_object_end(line, i)
+                                                                                       : std::string::npos;
+                   close != std::string::npos) {
+            value = line.substr(i, close - i);
+            i = close;
+        } else {
+            // A '{' that never closes is a plain value, and so is every later one: the
+            // scan went to the end of the line once, and will not again (crafted text).
+            if (i < line.size() && line[i] == '{') objects = false;
             const size_t comma = line.find(',', i);
             const size_t end = comma == std::string::npos ? line.size() : comma;
             value = line.substr(i, end - i);
@@ -220,11 +225,11 @@ bool read_sdcpp_sampler(const std::string& value, RecordedImage& r) {
 }
 
 // The settings in stable-diffusion.cpp's "SDCPP" JSON that its text line does not
-// show and that would change the picture, named as "SDCPP key.key" when set.
+// show and that would change the picture, named as "SDCPP sampling/flow_shift" when set.
 void check_sdcpp_json(const std::string& value, RecordedImage& r) {
     const auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object()) {
-        r.unhonoured.push_back("SDCPP: " + text_excerpt(value) + " (not a JSON object)");
+    if (!j.is_object() || !j.value("mode", nlohmann::json()).is_string()) {
+        r.unhonoured.push_back("SDCPP: " + text_excerpt(value) + " (not its JSON object)");
         return;
     }
     auto unset = [&](const char* path) {

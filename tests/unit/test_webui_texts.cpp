@@ -256,6 +256,15 @@ TEST(WebUiTexts, SamplerNamesGoThroughTheCatalog) {
     EXPECT_NE(m.find("Sampler: DPM++ 9M Karras (its samplers: " + sd::sampler_choices() + ")"), std::string::npos) << m;
 }
 
+// Unclosed {...} values, many of them: read in one pass, each a plain value.
+TEST(WebUiTexts, UnclosedObjectValuesStayLinear) {
+    std::string fields;
+    for (int i = 0; i < 200000; ++i) fields += ", K: {";
+    const auto r = sd::parse_parameters_text("a\nSteps: 2, Sampler: Euler a" + fields + "}", "x.png");
+    EXPECT_EQ(r.unhonoured.size(), 200000u);
+    EXPECT_EQ(r.unhonoured.front(), "K: {");
+}
+
 // Refusal and --from-png-lenient: one line, at most 8 fields named, the rest counted.
 TEST(WebUiTexts, ManyFieldsGiveOneShortLine) {
     std::string fields;
@@ -311,5 +320,11 @@ TEST(SdcppText, FieldsAreMappedOrNamed) {
               std::vector<std::string>{"SDCPP mode: vid_gen"});
     // a JSON object that never closes is a plain value up to the next comma: not the SDCPP object
     EXPECT_EQ(read("RNG: cuda, Sampler: euler_a karras", R"(, SDCPP: {"mode":"img_gen")").unhonoured,
-              std::vector<std::string>{"SDCPP: {\"mode\":\"img_gen\" (not a JSON object)"});
+              std::vector<std::string>{"SDCPP: {\"mode\":\"img_gen\" (not its JSON object)"});
+    // values of other types than its own are named, never an exception
+    EXPECT_EQ(read("RNG: cuda, Sampler: euler_a karras", R"(, SDCPP: {"mode":5})").unhonoured,
+              std::vector<std::string>{"SDCPP: {\"mode\":5} (not its JSON object)"});
+    EXPECT_EQ(read("RNG: cuda, Sampler: euler_a karras", R"(, SDCPP: {"mode":"img_gen","sampling":"x","hires":[1]})")
+                  .unhonoured,
+              std::vector<std::string>{"SDCPP hires"});
 }
