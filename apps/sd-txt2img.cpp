@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "sd/dry_run.h"
 #include "sd/engine.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
@@ -144,6 +145,8 @@ struct Flags {
     std::vector<std::string> from_png;
     std::vector<sd::RecordedImage> recorded;  // what each --from-png file records, read before the model loads
     bool ignore_hash_mismatch = false;
+    bool from_png_lenient = false;  // skip the fields a PNG records that this tool cannot honour
+    bool dry_run = false;           // print the jobs, run nothing
     std::string manifest;
     std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto", prepack = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
@@ -179,6 +182,9 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_flag("--ignore-hash-mismatch", f.ignore_hash_mismatch,
                  "--from-png: remake even when a LoRA or embedding file differs from the one the PNG recorded (its "
                  "Lora hashes / TI hashes), with a warning; without it such a PNG is refused");
+    app.add_flag("--from-png-lenient", f.from_png_lenient,
+                 "--from-png: remake a PNG whose text has fields this tool cannot honour (a sampler it lacks, hires "
+                 "fix, RNG: std_default, ...) without them, naming them on stderr; without it such a PNG is refused");
     app.add_option("--negative-prompt", job.negative_prompt,
                    "what the image should not show (replaces the unconditional \"\")");
     app.add_option("--steps,--ddim_steps", job.settings.steps, "sampler steps")->capture_default_str();
@@ -277,6 +283,9 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--weights", f.weights, "how the UNet and VAE weights are held: auto (as computed), fp32 or fp16")
         ->capture_default_str();
     app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
+    app.add_flag("--dry-run", f.dry_run,
+                 "print the images the run would make, one JSON line each (settings, seed, noise and the PNG text "
+                 "they would carry), and exit: reads the model's model.json, loads no weights, writes nothing");
     app.add_flag("--verbose", f.verbose,
                  "after the run, print predicted vs measured peak memory per stage and load times");
     app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
@@ -319,7 +328,7 @@ void add_flags(CLI::App& app, Flags& f) {
 
 // --from-file - runs as its lines arrive (sd::run_txt2img_stream); --n_iter repeats
 // the whole list and --tokenize prints it, so those read stdin to its end first.
-bool streams_stdin(const Flags& f) { return f.from_file == "-" && !f.tokenize && f.job.n_iter == 1; }
+bool streams_stdin(const Flags& f) { return f.from_file == "-" && !f.tokenize && !f.dry_run && f.job.n_iter == 1; }
 
 // The prompts of --prompt or --from-file into the job.
 void read_prompts(const CLI::App& app, Flags& f) {
@@ -452,23 +461,23 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
 
 // Unset sizes: the size the model was trained at (a 64x64 demo model, SD 1.x 512);
 // unset scale: the one its export recorded (the demo model's, models/demo/README.md).
-void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags& f) {
+void use_model_defaults(const CLI::App& app, const sd::ModelConfig& config,
+                        const std::vector<sd::EmbeddingInfo>& embeddings, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
-    if (const int native = pipeline.config().image_size; native > 0) {
+    if (const int native = config.image_size; native > 0) {
         if (!app.count("--H")) job.settings.height = native;
         if (!app.count("--W")) job.settings.width = native;
     }
     // Starting from a picture: its own size (grown by --outpaint), as img2img.py and diffusers do.
     if (job.settings.init.active() && (!app.count("--H") || !app.count("--W"))) {
-        const auto [w, h] = sd::init_canvas_size(job.settings.init, pipeline.config().size_multiple);
+        const auto [w, h] = sd::init_canvas_size(job.settings.init, config.size_multiple);
         if (!app.count("--W")) job.settings.width = w;
         if (!app.count("--H")) job.settings.height = h;
     }
-    if (pipeline.config().guidance_scale > 0 && !app.count("--scale"))
-        job.settings.scale = pipeline.config().guidance_scale;
+    if (config.guidance_scale > 0 && !app.count("--scale")) job.settings.scale = config.guidance_scale;
     // The model's recorded sampler recipe (model.json default_*): its steps and
     // schedule belong to its sampler, so they apply only when --sampler does too.
-    const sd::ModelConfig& c = pipeline.config();
+    const sd::ModelConfig& c = config;
     if (!c.default_sampler.empty() && !app.count("--sampler") && !f.plms) {
         job.settings.sampler = c.default_sampler;
         if (c.default_steps > 0 && !app.count("--steps")) job.settings.steps = c.default_steps;
@@ -477,13 +486,20 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
     // Starting from a picture without --sampler: CompVis img2img.py's DDIM, as PLMS cannot start from one.
     if (job.settings.init.active() && !app.count("--sampler") && !f.plms && job.settings.sampler == "plms")
         job.settings.sampler = "ddim";
-    job.model_name = model_name(pipeline.config(), f.model_dir);
-    job.embeddings = pipeline.embeddings();  // for the PNG text's "TI hashes"
+    job.model_name = model_name(config, f.model_dir);
+    job.embeddings = embeddings;  // for the PNG text's "TI hashes"
 }
 
 // Every --from-png file read and its prompt checked, before the model loads.
+// A field the tool cannot honour refuses the PNG, or under --from-png-lenient is named in one warning.
 void read_recorded_images(Flags& f) {
-    for (const auto& path : f.from_png) f.recorded.push_back(sd::read_recorded_image(path));
+    for (const auto& path : f.from_png) {
+        f.recorded.push_back(sd::read_recorded_image(path));
+        const std::string skipped = sd::check_honoured(f.recorded.back(), path, f.from_png_lenient);
+        if (!skipped.empty())
+            std::cerr << "sd-txt2img: warning: " << path << ": remaking it without what this tool cannot honour: "
+                      << skipped << std::endl;
+    }
 }
 
 // A PNG made from a picture (img2img, inpainting) is remade from the same
@@ -523,7 +539,11 @@ void warn_changed_pictures(const std::string& path, const sd::RecordedImage& rec
 // The job that remakes the image a PNG records: its settings, except those the flags give.
 sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::string& path,
                             const sd::RecordedImage& rec) {
-    auto given = [&](const char* flag) { return app.count(flag) > 0; };
+    // (a flag another part of issue 35 adds may not be there yet: then it was not given)
+    auto given = [&](const char* flag) {
+        const CLI::Option* o = app.get_option_no_throw(flag);
+        return o != nullptr && o->count() > 0;
+    };
     sd::Txt2ImgJob job = f.job;
     sd::PromptLine line;
     line.prompt = given("--prompt") ? f.prompt : rec.prompt;
@@ -539,8 +559,22 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     if (rec.height && !given("--H")) job.settings.height = *rec.height;
     if (!given("--clip-skip")) job.settings.clip_skip = rec.clip_skip.value_or(1);
     if (!given("--prompt-syntax")) set_prompt_syntax(job.settings, rec.prompt_syntax.value_or("a1111"));
-    if (rec.seed_mode && !given("--seed-mode"))
-        job.seed_mode = *rec.seed_mode == "per-image" ? sd::SeedMode::per_image : sd::SeedMode::compvis;
+    // The web UI and stable-diffusion.cpp give image i of a batch its own generator seeded seed + i: per-image.
+    const bool own_text = rec.writer == sd::TextWriter::this_tool;
+    if ((rec.seed_mode || !own_text) && !given("--seed-mode"))
+        job.seed_mode = rec.seed_mode.value_or("per-image") == "per-image" ? sd::SeedMode::per_image
+                                                                          : sd::SeedMode::compvis;
+    sd::NoiseSettings& noise = job.settings.noise;
+    if (!given("--rng")) noise.rng = rec.rng;
+    if (!given("--ensd")) noise.ensd = rec.ensd;
+    if (!given("--subseed")) noise.subseed = rec.subseed;
+    if (!given("--subseed-strength")) noise.subseed_strength = rec.subseed_strength;
+    if (!given("--seed-resize-from")) {
+        noise.seed_resize_from_w = rec.seed_resize_from_w;
+        noise.seed_resize_from_h = rec.seed_resize_from_h;
+    }
+    if (!given("--brownian-tree")) noise.brownian_tree = rec.brownian_tree;
+    if (!given("--eta")) noise.eta = rec.eta;
     const uint64_t seed = given("--seed") ? job.seed : rec.seed.value_or(job.seed);
     if (job.seed_mode == sd::SeedMode::per_image) {
         // Image i of a per-image run is seeded seed + i: keep its index, and so its text.
@@ -635,6 +669,18 @@ void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, 
     } catch (const sd::Error& e) {
         throw sd::Error(path + ": " + e.what());
     }
+}
+
+// --dry-run: each job's images as JSON lines, with the defaults of the model's
+// model.json; checks that need its weights (Pipeline::check) are not made.
+int dry_run(const CLI::App& app, Flags& f) {
+    use_model_defaults(app, sd::load_model_config(f.model_dir), {}, f);
+    std::vector<sd::Txt2ImgJob> jobs;
+    if (f.from_png.empty()) jobs.push_back(f.job);
+    for (size_t i = 0; i < f.from_png.size(); ++i) jobs.push_back(job_from_png(app, f, f.from_png[i], f.recorded[i]));
+    for (const auto& job : jobs)
+        for (const auto& line : sd::dry_run_records(job)) print_data_line(line);
+    return 0;
 }
 
 // The run itself: images to stdout as they are written, progress and notes to stderr.
@@ -736,8 +782,9 @@ int main(int argc, char** argv) {
         }
         settle_job(app, f);  // option conflicts are reported before the model loads
         check_png_jobs(app, f);
+        if (f.dry_run) return dry_run(app, f);
         const auto pipeline = sd::load_pipeline(pipeline_options(app, f));
-        use_model_defaults(app, *pipeline, f);
+        use_model_defaults(app, pipeline->config(), pipeline->embeddings(), f);
         if (f.show_plan) {
             pipeline->check(f.job.settings);
             std::string plan_text = pipeline->plan(f.job.settings, f.job.n_samples).describe();

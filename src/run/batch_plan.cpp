@@ -244,6 +244,38 @@ std::string init_image_text(const InitImage& init) {
     return text;
 }
 
+// The web UI's variation fields, after "Model" as it writes them, only where they
+// change the noise: "Variation seed" and its strength, "Seed resize from". Every
+// image of a run blends toward the same variation seed (engine/web_noise.h): the
+// image's own, as the web UI records it.
+std::string variation_text(const NoiseSettings& n) {
+    std::string text;
+    if (n.subseed && n.subseed_strength != 0)
+        text += ", Variation seed: " + std::to_string(*n.subseed) +
+                ", Variation seed strength: " + format_number(n.subseed_strength);
+    if (n.seed_resize_from_w > 0 && n.seed_resize_from_h > 0)
+        text += ", Seed resize from: " + std::to_string(n.seed_resize_from_w) + "x" +
+                std::to_string(n.seed_resize_from_h);
+    return text;
+}
+
+// The other noise fields: ENSD where it is not 0; "RNG" always, as the web UI names its
+// sources ("CPU"; "NV", whose numbers are its GPU's: the web UI leaves its GPU and NV
+// unwritten, but this tool's texts from before nv have no "RNG" and mean cpu); the
+// sampler's eta where not the default ("Eta" for k-diffusion samplers, default 1,
+// "Eta DDIM" for DDIM's, default 0); this tool's Brownian-tree seeding when it is k-diffusion's own.
+std::string noise_text(const NoiseSettings& n, SamplerFamily family) {
+    std::string text;
+    if (n.ensd != 0) text += ", ENSD: " + std::to_string(n.ensd);
+    text += n.rng == "nv" ? ", RNG: NV" : ", RNG: CPU";
+    if (n.eta) {
+        if (family == SamplerFamily::compvis && *n.eta != 0) text += ", Eta DDIM: " + format_number(*n.eta);
+        if (family != SamplerFamily::compvis && *n.eta != 1) text += ", Eta: " + format_number(*n.eta);
+    }
+    if (n.brownian_tree != "a1111") text += ", Brownian tree: " + n.brownian_tree;
+    return text;
+}
+
 }  // namespace
 
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
@@ -263,6 +295,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     text += ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(img.seed) +
             ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
             ", Model: " + quoted(model);
+    text += variation_text(item.settings.noise);
     // AUTOMATIC1111's syntax is the default; the other reading changes the image, so it is recorded.
     if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";
     // A1111 records clip skip when it is not 1, and the embeddings the prompts used.
@@ -270,6 +303,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     if (const std::string ti = ti_hashes(item, embeddings); !ti.empty()) text += ", TI hashes: " + quoted(ti);
     if (!item.settings.loras.empty()) text += ", Lora hashes: " + lora_hashes_text(item.settings.loras);
     text += init_image_text(item.settings.init);
+    text += noise_text(item.settings.noise, sampler.family);
     text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
     // compvis: the run's seed alone does not say which noise this image got; its batch does.
     if (mode == SeedMode::compvis)

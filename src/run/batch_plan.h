@@ -43,6 +43,10 @@ RunPlan plan_run(const Txt2ImgJob& job);
 // The A1111-style "parameters" text: prompt, "Negative prompt: ..." when there
 // is one, then "Steps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x512, Model: ...",
 // everything that decides the image (sd/from_png.h reads it back), and "Version".
+// The noise fields follow the web UI: "Variation seed", "Variation seed strength",
+// "Seed resize from", "ENSD", "Eta" / "Eta DDIM", each only where it differs from
+// the default, and "RNG: CPU" or "RNG: NV" always (the web UI leaves NV, the same
+// numbers as its GPU default, unwritten; this tool's older texts have no "RNG" and mean cpu).
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings = {});
 

@@ -109,7 +109,7 @@ TEST(Metadata, ParametersTextIsA1111Style) {
     const std::string version = std::string(", Version: ") + sd::kVersionName;
     EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::per_image, "sd15"),
               "a cat\nNegative prompt: blurry\nSteps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x768, "
-              "Model: sd15, Seed mode: per-image, Image index: 3" + version);
+              "Model: sd15, RNG: CPU, Seed mode: per-image, Image index: 3" + version);
     item.negative_prompt.clear();
     EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::compvis, "m").find("Negative"), std::string::npos);
     // k-diffusion samplers: A1111's sampler and schedule names; compvis seeds: the batch; a model name with a comma quoted.
@@ -121,7 +121,7 @@ TEST(Metadata, ParametersTextIsA1111Style) {
     img.batch_number = 1;
     EXPECT_EQ(sd::parameters_text(item, img, sd::SeedMode::compvis, "my, model"),
               "a cat\nSteps: 50, Sampler: Euler a, Schedule type: Karras, CFG scale: 7.5, Seed: 42, Size: 512x768, "
-              "Model: \"my, model\", Prompt syntax: plain, Seed mode: compvis, Image index: 3, Batch size: 3, "
+              "Model: \"my, model\", Prompt syntax: plain, RNG: CPU, Seed mode: compvis, Image index: 3, Batch size: 3, "
               "Batch position: 2, Batch number: 1" + version);
 }
 
@@ -167,10 +167,16 @@ TEST(Metadata, ParametersTextReadsBack) {
         "Model hash: abc, Model: sd15, Version: v1.9.4",
         "a.png");
     EXPECT_EQ(a.sampler, "euler_a");
-    EXPECT_EQ(a.schedule, "default");
+    EXPECT_EQ(a.schedule, sd::schedule_from_a1111_name("Automatic"));  // the catalog's "Automatic"
     EXPECT_FALSE(a.seed_mode.has_value());
+    EXPECT_EQ(a.writer, sd::TextWriter::web_ui);
     EXPECT_THROW(sd::parse_parameters_text("a fox", "b.png"), sd::Error);
-    EXPECT_THROW(sd::parse_parameters_text("a\nSteps: 20, Sampler: Heun", "c.png"), sd::Error);
+    // A sampler the catalog lacks is a field the tool cannot honour: refused by check_honoured.
+    const auto c = sd::parse_parameters_text("a\nSteps: 20, Sampler: Nonesuch 3", "c.png");
+    EXPECT_FALSE(c.sampler.has_value());
+    EXPECT_EQ(c.unhonoured, std::vector<std::string>{"Sampler: Nonesuch 3"});
+    EXPECT_THROW(sd::check_honoured(c, "c.png", false), sd::Error);
+    EXPECT_EQ(sd::check_honoured(c, "c.png", true), "Sampler: Nonesuch 3");
     EXPECT_THROW(sd::parse_parameters_text("a\nSteps: many", "d.png"), sd::Error);
 }
 
