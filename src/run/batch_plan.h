@@ -43,8 +43,9 @@ RunPlan plan_run(const Txt2ImgJob& job);
 // The A1111-style "parameters" text: prompt, "Negative prompt: ..." when there
 // is one, then "Steps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x512, Model: ...",
 // everything that decides the image (sd/from_png.h reads it back), and "Version".
+// model_hash: A1111's "Model hash" (the checkpoint's short hash), written when known.
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
-                            const std::vector<EmbeddingInfo>& embeddings = {});
+                            const std::vector<EmbeddingInfo>& embeddings = {}, const std::string& model_hash = "");
 
 // --schedule's names as AUTOMATIC1111's "Schedule type" writes them (default:
 // "Uniform", the model's own sigmas; karras: "Karras"), and back ("" if unknown;
