@@ -362,7 +362,7 @@ ResolvedModel export_into_cache(const std::string& cache, const std::string& sou
     say(o, "exporting " + source + " into the model cache " + entry + " (once; later runs start from it)");
     try {
         std::error_code abs_ec;
-        run_python_export(fs::absolute(source, abs_ec).string(), tmp, args, o.note);
+        run_python_export(fs::absolute(source, abs_ec).string(), tmp, args, o.note, source);
         const ModelConfig cfg = load_model_config(tmp);
         if (!cfg.source_sha256.empty() && cfg.source_sha256 != sha)
             throw Error(source + " changed while it was being exported; run again");
@@ -493,6 +493,10 @@ ModelCacheCleared clear_model_cache(const std::string& cache_dir) {
     FileLock lock(join_path(cache_dir, "index.lock"));
     lock.lock();
     fs::remove(join_path(cache_dir, "index.tsv"), ec);
+    std::vector<fs::path> index_temps;  // of a run killed while it wrote the index
+    for (const auto& e : fs::directory_iterator(cache_dir, ec))
+        if (e.path().filename().string().rfind("index.tsv.tmp-", 0) == 0) index_temps.push_back(e.path());
+    for (const auto& p : index_temps) fs::remove(p, ec);
     return c;
 }
 

@@ -54,7 +54,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 // The export's lines as shown: its program name dropped, indentation trimmed.
-std::string shown(const std::string& line) {
+std::string trimmed(const std::string& line) {
     std::string s = line;
     const std::string prog = "export_model.py: ";
     if (s.rfind(prog, 0) == 0) s.erase(0, prog.size());
@@ -69,14 +69,14 @@ std::string export_python() { return env_or("SD_PYTHON", SD_EXPORT_PYTHON); }
 std::string export_package_dir() { return env_or("SD_EXPORT_PYTHONPATH", SD_EXPORT_PYTHON_DIR); }
 
 void run_python_export(const std::string& source, const std::string& out, const std::vector<std::string>& args,
-                       const std::function<void(const std::string&)>& note) {
+                       const std::function<void(const std::string&)>& note, const std::string& shown_as) {
     const std::string python = export_python();
     if (::access(python.c_str(), X_OK) != 0)
-        throw Error(source + " is exported once before its first run, which needs Python 3 with PyTorch: " + python +
+        throw Error(shown_as + " is exported once before its first run, which needs Python 3 with PyTorch: " + python +
                     " is missing; " + kSetup);
     const std::string package = export_package_dir();
     if (package.empty() || !file_exists(join_path(package, "sd_export/cli.py")))
-        throw Error(source + " is exported once before its first run, by the sd_export package, which is not in '" +
+        throw Error(shown_as + " is exported once before its first run, by the sd_export package, which is not in '" +
                     package + "': set SD_EXPORT_PYTHONPATH to the folder that holds sd_export/ (python/ of the "
                               "sources)");
 
@@ -125,7 +125,7 @@ void run_python_export(const std::string& source, const std::string& out, const 
             error = line.substr(at + 9);
             return;
         }
-        if (note) note("export: " + shown(line));
+        if (note) note("export: " + trimmed(line));
     };
     char buf[4096];
     for (;;) {
@@ -146,18 +146,18 @@ void run_python_export(const std::string& source, const std::string& out, const 
     }
 
     if (WIFSIGNALED(status))
-        throw RunFailure("the export of " + source + " was killed by signal " + std::to_string(WTERMSIG(status)) +
+        throw RunFailure("the export of " + shown_as + " was killed by signal " + std::to_string(WTERMSIG(status)) +
                          (WTERMSIG(status) == SIGKILL ? " (out of memory?)" : "") + "; nothing was cached");
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     if (code == 0) return;
-    if (code == 127) throw Error("cannot run " + python + " to export " + source + "; " + kSetup);
+    if (code == 127) throw Error("cannot run " + python + " to export " + shown_as + "; " + kSetup);
     if (code == kNoTorch)
-        throw Error(python + " has no PyTorch (" + last + "), which the one-time export of " + source + " needs; " +
+        throw Error(python + " has no PyTorch (" + last + "), which the one-time export of " + shown_as + " needs; " +
                     kSetup);
     if (code == kNoPackage)
         throw Error("the export package sd_export in " + package + " does not load (" + last +
                     "): set SD_EXPORT_PYTHONPATH to the folder that holds sd_export/ (python/ of the sources)");
-    throw Error("cannot export " + source + ": " + (error.empty() ? last : error));
+    throw Error("cannot export " + shown_as + ": " + (error.empty() ? last : error));
 }
 
 }  // namespace sd

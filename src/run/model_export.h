@@ -19,7 +19,8 @@ std::string export_package_dir();
 // interpreter, PyTorch or package, and a failed export, throw sd::Error with
 // one line saying what to do; an export killed by a signal throws
 // sd::RunFailure. The child dies with this process (PR_SET_PDEATHSIG).
+// `shown` names the source in messages (the path as the user gave it).
 void run_python_export(const std::string& source, const std::string& out, const std::vector<std::string>& args,
-                       const std::function<void(const std::string&)>& note);
+                       const std::function<void(const std::string&)>& note, const std::string& shown);
 
 }  // namespace sd
