@@ -490,6 +490,8 @@ void resolve_model_flag(const CLI::App& app, Flags& f) {
         return;
     }
     const sd::ResolvedModel r = sd::resolve_model(f.model_dir, model_cache_options(f));
+    if (r.name.empty() && !f.export_args.empty())
+        throw sd::Error("--export-arg applies to a checkpoint's export; " + f.model_dir + " is a model folder already");
     f.model_dir = r.dir;
     f.model_display_name = r.name;
 }

@@ -36,7 +36,6 @@ struct ModelCacheOptions {
 struct ResolvedModel {
     std::string dir;   // the exported model folder
     std::string name;  // the checkpoint's name (file name without extension) when it came from the cache
-    bool exported_now = false;  // this call ran the export
 };
 
 // $XDG_CACHE_HOME/sd-txt2img/models (an absolute XDG_CACHE_HOME), else

@@ -375,7 +375,6 @@ ResolvedModel export_into_cache(const std::string& cache, const std::string& sou
         fs::remove_all(tmp, ec);
         throw;
     }
-    r.exported_now = true;
     say(o, "cached " + source + " as " + entry);
     return r;
 }

@@ -165,6 +165,28 @@ TEST(ModelCache, ExportArgumentsFromTheCommandLine) {
     EXPECT_NE(out.err.find("--export-arg: --out is the cache's to set"), std::string::npos) << out.err;
 }
 
+// A diffusers folder goes through the cache too (the SDXL fixture's): exported once,
+// then run without Python, the same bytes both times.
+TEST(ModelCache, DiffusersFolderIsExportedOnce) {
+    const std::string dir = sdtest::temp_dir(), cache = dir + "/cache";
+    const std::string folder = sdtest::fixtures() + "/sdxl-tiny/diffusers";
+    auto first = run(run_args(folder, cache, dir + "/o1"));
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    EXPECT_EQ(count(first.err, "sd-txt2img: exporting " + folder + " into the model cache"), 1) << first.err;
+    auto second = run(with_env("SD_PYTHON=/nonexistent/python3", run_args(folder + "/", cache, dir + "/o2")));
+    ASSERT_EQ(second.exit_code, 0) << second.err;
+    EXPECT_EQ(entries(cache).size(), 1u);
+    EXPECT_TRUE(read_bytes(dir + "/o1/00000.png") == read_bytes(dir + "/o2/00000.png")) << "images differ";
+    const auto text = parameters_of(dir + "/o2/00000.png");
+    EXPECT_NE(text.find(", Model: diffusers,"), std::string::npos) << text;
+    EXPECT_EQ(text.find("Model hash"), std::string::npos) << text;  // no one file to hash
+
+    // --export-arg is for a checkpoint, not an exported folder.
+    auto r = run({sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--prompt", "x", "--export-arg=--dtype"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("--export-arg applies to a checkpoint's export"), std::string::npos) << r.err;
+}
+
 // A run killed during its export leaves no entry that a later run would use: the next
 // one exports again and gives the right image.
 TEST(ModelCache, KillDuringExportLeavesNoUsableEntry) {
