@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -207,7 +208,17 @@ TEST(ModelCache, KillDuringExportLeavesNoUsableEntry) {
     ASSERT_TRUE(writing);
     kill(pid, SIGKILL);
     EXPECT_EQ(wait_for(pid), 128 + SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the export dies with it (PR_SET_PDEATHSIG)
+    // The export dies with it (PR_SET_PDEATHSIG): no process is left writing into the cache.
+    bool export_alive = true;
+    for (int i = 0; i < 100 && export_alive; ++i) {  // at most 1 s: an orphan export would run on for seconds
+        export_alive = false;
+        for (const auto& p : fs::directory_iterator("/proc"))
+            if (std::isdigit(static_cast<unsigned char>(p.path().filename().string()[0])) &&
+                read_bytes(p.path().string() + "/cmdline").find(cache) != std::string::npos)
+                export_alive = true;
+        if (export_alive) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(export_alive) << "the export outlived the killed run";
     EXPECT_TRUE(entries(cache).empty());
 
     auto again = run(run_args(tiny(), cache, dir + "/o2"));
