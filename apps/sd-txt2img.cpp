@@ -23,6 +23,7 @@
 #include "sd/error.h"
 #include "sd/from_png.h"
 #include "sd/loras.h"
+#include "sd/model_cache.h"
 #include "sd/model_hash.h"
 #include "sd/noise_rules.h"
 #include "sd/progress.h"
@@ -163,11 +164,30 @@ struct Flags {
     std::string original_size, crop_coords, target_size;
     // The web UI's noise (issue 35): --rng, --subseed, --seed-resize-from as given; --ensd and the strength in job.
     std::string rng = "cpu", subseed, seed_resize_from, save_noise;
+    // --model FILE: a checkpoint or diffusers folder, exported once into the model cache.
+    std::string model_cache;
+    std::vector<std::string> export_args;
+    bool model_cache_list = false, model_cache_clear = false;
+    std::string model_display_name;  // the checkpoint's name, when --model came through the cache
 };
 
 void add_flags(CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
-    app.add_option("--model", f.model_dir, "exported model folder (scripts/export_model.py)");
+    app.add_option("--model", f.model_dir,
+                   "exported model folder, or a checkpoint (.safetensors, .ckpt) or diffusers folder, exported on "
+                   "first use into the model cache");
+    app.add_option("--model-cache", f.model_cache,
+                   "the model cache's folder (default $XDG_CACHE_HOME/sd-txt2img/models, else "
+                   "~/.cache/sd-txt2img/models)");
+    app.add_option("--export-arg", f.export_args,
+                   "an argument for the one-time export of a --model checkpoint, e.g. --export-arg=--dtype=float16 "
+                   "(repeatable; after those of its side file NAME.export.json)")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->allow_extra_args(false);
+    app.add_flag("--model-cache-list", f.model_cache_list,
+                 "list the model cache's entries (folder, size, checkpoint hash, sources) and exit");
+    app.add_flag("--model-cache-clear", f.model_cache_clear,
+                 "remove every entry of the model cache and the leftovers of interrupted exports, and exit");
     app.add_option("--prompt", f.prompt, "the prompt");
     app.add_option(
         "--from-file", f.from_file,
@@ -363,7 +383,7 @@ void print_token_ids(const CLI::App& app, const Flags& f) {
     for (const auto& p : f.job.prompts) texts.push_back(sd::strip_lora_tags(p.prompt));
     sd::ModelConfig cfg;
     if (app.count("--model")) {
-        cfg = sd::load_model_config(f.model_dir);
+        cfg = sd::load_model_config(f.model_dir);  // resolved (resolve_model_flag)
     } else {
         cfg.vocab_path = std::string(SD_DEFAULT_CLIP_DIR) + "/vocab.json";
         cfg.merges_path = std::string(SD_DEFAULT_CLIP_DIR) + "/merges.txt";
@@ -486,8 +506,52 @@ void use_model_defaults(const CLI::App& app, const sd::ModelConfig& config,
     // Starting from a picture without --sampler: CompVis img2img.py's DDIM, as PLMS cannot start from one.
     if (job.settings.init.active() && !app.count("--sampler") && !f.plms && job.settings.sampler == "plms")
         job.settings.sampler = "ddim";
-    job.model_name = model_name(config, f.model_dir);
-    job.embeddings = embeddings;  // for the PNG text's "TI hashes"
+    job.model_name = f.model_display_name.empty() ? model_name(config, f.model_dir) : f.model_display_name;
+    job.model_hash = config.source_sha256.substr(0, 10);  // A1111's short hash of the checkpoint
+    job.embeddings = embeddings;                          // for the PNG text's "TI hashes"
+}
+
+sd::ModelCacheOptions model_cache_options(const Flags& f) {
+    sd::ModelCacheOptions o;
+    o.cache_dir = f.model_cache;
+    o.export_args = f.export_args;
+    if (!f.quiet) o.note = [](const std::string& text) { std::cerr << "sd-txt2img: " << text << std::endl; };
+    return o;
+}
+
+// --model FILE: the folder to load, exported into the cache on first use.
+void resolve_model_flag(const CLI::App& app, Flags& f) {
+    if (!app.count("--model")) {
+        if (!f.export_args.empty()) throw sd::Error("--export-arg needs --model with a checkpoint");
+        return;
+    }
+    const sd::ResolvedModel r = sd::resolve_model(f.model_dir, model_cache_options(f));
+    if (r.name.empty() && !f.export_args.empty())
+        throw sd::Error("--export-arg applies to a checkpoint's export; " + f.model_dir + " is a model folder already");
+    f.model_dir = r.dir;
+    f.model_display_name = r.name;
+}
+
+// --model-cache-list (one line per entry on stdout) and --model-cache-clear.
+int manage_model_cache(const Flags& f) {
+    const std::string dir = f.model_cache.empty() ? sd::default_model_cache_dir() : f.model_cache;
+    if (f.model_cache_list) {
+        for (const auto& e : sd::list_model_cache(dir)) {
+            std::string line = e.path + "\t" + std::to_string((e.bytes + (1 << 20) - 1) >> 20) + " MiB\t" +
+                               e.source_sha256.substr(0, 10) + "\t" + e.source_name;
+            for (const auto& s : e.sources) line += "\t" + s;
+            print_data_line(line);
+        }
+    }
+    if (f.model_cache_clear) {
+        const auto c = sd::clear_model_cache(dir);
+        std::cerr << "sd-txt2img: model cache " << dir << ": removed " << c.entries << " entr"
+                  << (c.entries == 1 ? "y" : "ies") << " and " << c.partial << " interrupted export"
+                  << (c.partial == 1 ? "" : "s") << " (" << ((c.bytes + (1 << 20) - 1) >> 20) << " MiB)";
+        if (c.busy) std::cerr << "; " << c.busy << " being exported by another process left alone";
+        std::cerr << std::endl;
+    }
+    return 0;
 }
 
 // Every --from-png file read and its prompt checked, before the model loads.
@@ -773,15 +837,18 @@ int main(int argc, char** argv) {
             print_data_line(std::string(sd::kVersionName) + " (LibTorch " + SD_TORCH_VERSION + ")");
             return 0;
         }
+        if (f.model_cache_list || f.model_cache_clear) return manage_model_cache(f);
         read_prompts(app, f);
         read_recorded_images(f);
         set_prompt_syntax(f.job.settings, f.prompt_syntax);
         if (f.tokenize) {
+            resolve_model_flag(app, f);
             print_token_ids(app, f);
             return 0;
         }
         settle_job(app, f);  // option conflicts are reported before the model loads
         check_png_jobs(app, f);
+        resolve_model_flag(app, f);  // after every other check: a first use exports (minutes)
         if (f.dry_run) return dry_run(app, f);
         const auto pipeline = sd::load_pipeline(pipeline_options(app, f));
         use_model_defaults(app, pipeline->config(), pipeline->embeddings(), f);

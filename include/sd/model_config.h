@@ -28,6 +28,9 @@ struct ModelConfig {
     std::vector<float> alphas_cumprod;
     double linear_start = 0, linear_end = 0;  // the betas' range (model.json); 0: not recorded
     std::string source;
+    // The checkpoint file's SHA-256 (model.json "source_sha256"; absent for a diffusers
+    // folder and older exports): its first 10 digits are A1111's "Model hash".
+    std::string source_sha256;
     std::string architecture_json;  // "architecture" of model.json (sizes of the three networks), as JSON text
     // The modules can call the sd::attention operator (model.json "fused_attention";
     // folders exported before it have the other attention strategies only).

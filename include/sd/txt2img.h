@@ -50,6 +50,7 @@ struct Txt2ImgJob {
     std::string save_latents;  // .npy path, empty for none
     std::string save_noise;    // .npy of every noise draw, [1 + D, n, C, h, w] (the pipeline must record_noise)
     std::string model_name;    // recorded in the metadata
+    std::string model_hash;    // A1111's "Model hash": the checkpoint's SHA-256, first 10 digits; empty if unknown
     // Remaking one image (--from-png): the first image's index (per-image seeds
     // are seed + index), and in compvis mode the one place of the batch to write.
     int first_index = 0;

@@ -158,6 +158,20 @@ class DiffusersCheckpoint:
             f.close()
 
 
+def file_sha256(path):
+    """The file's SHA-256 in hex: model.json's source_sha256, whose first 10 digits are
+    AUTOMATIC1111's "Model hash" of a checkpoint."""
+    import hashlib
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError as e:
+        raise ExportError(f"cannot read {path}: {e.strerror or e}")
+    return h.hexdigest()
+
+
 def open_weight_file(path):
     if not os.path.exists(path):
         raise ExportError(f"checkpoint {path} does not exist")

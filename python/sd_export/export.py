@@ -5,7 +5,7 @@ import os
 import time
 
 from . import diffusers_layout, stages
-from .checkpoints import VaeOverride, open_checkpoint
+from .checkpoints import VaeOverride, file_sha256, open_checkpoint
 from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, SDXL_SCHEDULE, SDXL_TEXT, SDXL_TEXT_2, SDXL_UNET,
                       SIZE_EMBEDDING_DIM, assumed_parameterization, check_consistency,
                       detect_family, detect_unet_shapes, load_ldm_config, load_text_config, open_clip_text_layers,
@@ -259,6 +259,10 @@ def export(args):
             info[key] = getattr(args, key)
     if loras:
         info["loras"] = loras  # what was baked in: name, weight, A1111 short hash
+    if ckpt is not None and r["folder"] is None:
+        # The checkpoint file's own hash: the PNG's "Model hash", and what the CLI's model
+        # cache checks an entry against (a diffusers folder has no one file to hash).
+        info["source_sha256"] = file_sha256(args.checkpoint)
     stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info)
     if getattr(args, "vae", None):
         source_text = f"{source} with VAE {os.path.basename(args.vae)}"

@@ -279,7 +279,7 @@ std::string noise_text(const NoiseSettings& n, SamplerFamily family) {
 }  // namespace
 
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
-                            const std::vector<EmbeddingInfo>& embeddings) {
+                            const std::vector<EmbeddingInfo>& embeddings, const std::string& model_hash) {
     // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
     const SamplerInfo& sampler = sampler_info(item.settings.sampler);
     // --lora's files are written as tags, as A1111 would have them, so that --from-png reruns them.
@@ -294,7 +294,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
         text += ", Schedule type: " + schedule_a1111_name(item.settings.schedule);
     text += ", CFG scale: " + format_number(item.settings.scale) + ", Seed: " + std::to_string(img.seed) +
             ", Size: " + std::to_string(item.settings.width) + "x" + std::to_string(item.settings.height) +
-            ", Model: " + quoted(model);
+            (model_hash.empty() ? "" : ", Model hash: " + model_hash) + ", Model: " + quoted(model);
     text += variation_text(item.settings.noise);
     // AUTOMATIC1111's syntax is the default; the other reading changes the image, so it is recorded.
     if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";

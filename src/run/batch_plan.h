@@ -47,8 +47,9 @@ RunPlan plan_run(const Txt2ImgJob& job);
 // "Seed resize from", "ENSD", "Eta" / "Eta DDIM", each only where it differs from
 // the default, and "RNG: CPU" or "RNG: NV" always (the web UI leaves NV, the same
 // numbers as its GPU default, unwritten; this tool's older texts have no "RNG" and mean cpu).
+// model_hash: A1111's "Model hash" (the checkpoint's short hash), written when known.
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
-                            const std::vector<EmbeddingInfo>& embeddings = {});
+                            const std::vector<EmbeddingInfo>& embeddings = {}, const std::string& model_hash = "");
 
 // --schedule's names as AUTOMATIC1111's "Schedule type" writes them (default:
 // "Uniform", the model's own sigmas; karras: "Karras"), and back ("" if unknown;

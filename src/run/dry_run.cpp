@@ -92,7 +92,7 @@ std::vector<std::string> dry_run_records(const Txt2ImgJob& job) {
             for (const auto& l : s.loras)
                 j["loras"].push_back({{"path", l.path}, {"text_weight", l.text_weight}, {"unet_weight", l.unet_weight}});
             j["init"] = init_json(s.init);
-            j["parameters"] = parameters_text(item, img, job.seed_mode, job.model_name, {});
+            j["parameters"] = parameters_text(item, img, job.seed_mode, job.model_name, {}, job.model_hash);
             lines.push_back(j.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
         }
     return lines;

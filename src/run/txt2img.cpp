@@ -208,7 +208,8 @@ void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch&
         rec.seed_mode = job.seed_mode;
         rec.model = job.model_name;
         rec.seconds = seconds;
-        rec.parameters = parameters_text(*rec.item, img, job.seed_mode, job.model_name, job.embeddings);
+        rec.parameters =
+            parameters_text(*rec.item, img, job.seed_mode, job.model_name, job.embeddings, job.model_hash);
         try {
             if (!img.name.empty()) {
                 rec.path = join_path(job.outdir, img.name);
@@ -246,7 +247,8 @@ struct Extras {
         if (job.grid && grid_parameters.empty()) {
             const PlannedImage& first = batch.images.front();
             grid_parameters =
-                parameters_text(plan.items[first.item], first, job.seed_mode, job.model_name, job.embeddings);
+                parameters_text(plan.items[first.item], first, job.seed_mode, job.model_name, job.embeddings,
+                                job.model_hash);
         }
         if (!job.save_latents.empty()) {
             latents.insert(latents.end(), out.latents.begin(), out.latents.end());

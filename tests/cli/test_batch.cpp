@@ -23,6 +23,7 @@
 #include "io/image_io.h"
 #include "io/npy.h"
 #include "io/png_text.h"
+#include "io/sha256.h"
 #include "sd/progress.h"
 #include "sd/prompts.h"
 #include "test_util.h"
@@ -197,6 +198,7 @@ TEST(Batch, SevenPromptsThreeSamplesThreeIterationsGive21Images) {
                                               "a yellow sun", "a purple cow", "a white swan"};
     const std::vector<int> file_lines = {1, 4, 5, 6, 7, 9, 10};
     std::set<std::string> paths;
+    const std::string tiny_hash = sd::sha256_file_hex(sdtest::fixtures() + "/tiny/tiny.safetensors").substr(0, 10);
     for (size_t i = 0; i < out.size(); ++i) {
         json j = json::parse(out[i]);
         EXPECT_EQ(j["index"], i);
@@ -215,7 +217,8 @@ TEST(Batch, SevenPromptsThreeSamplesThreeIterationsGive21Images) {
         ASSERT_TRUE(fs::exists(path)) << path;
         auto texts = sd::png_read_text(read_bytes(path));
         EXPECT_EQ(texts["parameters"], j["parameters"].get<std::string>());
-        EXPECT_EQ(texts["parameters"].rfind(prompts[i % 7] + "\nSteps: 4, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 64x64, Model: tiny", 0), 0u)
+        // "Model hash": the checkpoint's SHA-256, first 10 digits (A1111's short hash).
+        EXPECT_EQ(texts["parameters"].rfind(prompts[i % 7] + "\nSteps: 4, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 64x64, Model hash: " + tiny_hash + ", Model: tiny", 0), 0u)
             << texts["parameters"];
         auto img = sd::read_png(path);
         EXPECT_EQ(img.width, 64);

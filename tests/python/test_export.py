@@ -179,6 +179,10 @@ class ExportTinyTest(unittest.TestCase):
                   "source": "tiny.safetensors"}
         for key, value in expect.items():
             self.assertEqual(info[key], value, key)
+        # The file's SHA-256 (the PNG's "Model hash" is its first 10 digits), hashed here independently.
+        import hashlib
+        with open(self.st_file, "rb") as f:
+            self.assertEqual(info["source_sha256"], hashlib.sha256(f.read()).hexdigest())
         # The checkpoint's own buffer was computed by ldm's register_schedule: must match exactly.
         ac = np.array(info["alphas_cumprod"], dtype=np.float64).astype(np.float32)
         self.assertEqual(ac.shape, (1000,))

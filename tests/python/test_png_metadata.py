@@ -25,6 +25,11 @@ except ImportError:  # pragma: no cover - PIL is a test dependency (python3-pil)
 BINARY = os.environ.get("SD_TXT2IMG")
 MODELS = os.environ.get("SD_TEST_MODELS")
 
+# A1111's "Model hash" of the tiny model: its checkpoint's SHA-256, first 10 digits.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tiny", "tiny.safetensors"),
+          "rb") as _f:
+    TINY_HASH = __import__("hashlib").sha256(_f.read()).hexdigest()[:10]
+
 PROMPTS = ["a red fox", "a blue bird", "un café au lait, 猫 🐱", "a green frog",
            "a yellow sun", "a purple cow", "a white swan"]
 
@@ -74,8 +79,10 @@ class PngMetadata(unittest.TestCase):
                     # PIL returns iTXt chunks as its iTXt type (a str subclass)
                     self.assertIsInstance(text, PngImagePlugin.iTXt)
                 self.assertEqual(str(text), record["parameters"])
+                # "Model hash": the checkpoint's SHA-256, first 10 digits (A1111's short hash)
                 self.assertTrue(text.startswith(PROMPTS[i % 7] + "\nSteps: 4, Sampler: PLMS, CFG scale: 7.5, "
-                                                "Seed: 42, Size: 64x64, Model: tiny"), text)
+                                                "Seed: 42, Size: 64x64, Model hash: " + TINY_HASH + ", Model: tiny"),
+                                text)
                 types = [t for t, _ in png_chunks(path)]
                 self.assertEqual(types[0], "IHDR")
                 self.assertEqual(types[1], "iTXt")

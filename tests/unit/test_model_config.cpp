@@ -179,3 +179,20 @@ TEST(ModelConfig, VaeEncoderIsOptionalAndCheckedWhenNamed) {
     sdtest::write_text(dir + "/vae_encoder.pt", "");
     EXPECT_EQ(sd::load_model_config(dir).vae_encoder_path, dir + "/vae_encoder.pt");
 }
+
+// source_sha256: the checkpoint's SHA-256 (the PNG's Model hash), optional, and
+// nothing but 64 lower-case hex digits (it ends up in the PNG text).
+TEST(ModelConfig, SourceSha256IsOptionalAnd64HexDigits) {
+    EXPECT_EQ(sd::parse_model_config(minimal().dump(), "m").source_sha256, "") << "older exports lack the key";
+    auto j = minimal();
+    const std::string sha(64, 'a');
+    j["source_sha256"] = sha;
+    EXPECT_EQ(sd::parse_model_config(j.dump(), "m").source_sha256, sha);
+    for (const std::string bad : {std::string(63, 'a'), std::string(64, 'A'), std::string(63, 'a') + ",",
+                                  std::string(63, 'a') + "\n"}) {
+        j["source_sha256"] = bad;
+        EXPECT_EQ(error_of(j.dump()), "m/model.json: \"source_sha256\" must be 64 lower-case hex digits") << bad;
+    }
+    j["source_sha256"] = 5;
+    EXPECT_NE(error_of(j.dump()).find("source_sha256"), std::string::npos);
+}
