@@ -29,6 +29,12 @@ std::vector<std::string> dry_run(const std::string& outdir, std::vector<std::str
     return argv;
 }
 
+// The tiny model's "Model hash": A1111's short hash of the checkpoint it was exported from.
+std::string tiny_model_hash() {
+    const json config = json::parse(sdtest::read_text(sdtest::test_models() + "/tiny-st/model.json"));
+    return config.at("source_sha256").get<std::string>().substr(0, 10);
+}
+
 // The catalog's sampler of a web UI name when it takes this schedule, else "".
 std::string catalog_sampler(const std::string& a1111, const std::string& schedule) {
     for (const auto& s : sd::samplers()) {
@@ -155,7 +161,7 @@ TEST(PngTextDialects, WebUiNoiseFieldsReachTheJob) {
     EXPECT_EQ(j["height"], 768);
     EXPECT_NE(j["parameters"].get<std::string>().find(
                   "Steps: 28, Sampler: Euler a, Schedule type: Uniform, CFG scale: 11, Seed: 1333057453, Size: 512x768, "
-                  "Model: tiny, ENSD: 31337, RNG: NV, Eta: 0.5, Seed mode: per-image, Image index: 0"),
+                  "Model hash: " + tiny_model_hash() + ", Model: tiny, ENSD: 31337, RNG: NV, Eta: 0.5, Seed mode: per-image, Image index: 0"),
               std::string::npos)
         << j["parameters"];
     // flags given override the PNG, the rest comes from it
@@ -210,7 +216,7 @@ TEST(PngTextDialects, OwnTextWithNoiseFieldsIsTheJobsText) {
     sd::PlannedImage img;
     img.seed = 1007;
     img.index = 7;
-    const std::string text = sd::parameters_text(item, img, sd::SeedMode::per_image, "tiny");
+    const std::string text = sd::parameters_text(item, img, sd::SeedMode::per_image, "tiny", {}, tiny_model_hash());
     write_png(dir + "/own.png", text);
     const auto r = sdtest::run(dry_run(dir + "/out", {"--from-png", dir + "/own.png"}));
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -243,7 +249,8 @@ TEST(PngTextDialects, DryRunPrintsTheRunsImages) {
         EXPECT_EQ(j["schedule"], "karras");
         EXPECT_EQ(j["noise"]["rng"], "cpu");
         EXPECT_NE(j["parameters"].get<std::string>().find("Sampler: Euler, Schedule type: Karras, CFG scale: 7.5, Seed: 5, "
-                                                          "Size: 64x64, Model: tiny, RNG: CPU, Seed mode: compvis"),
+                                                          "Size: 64x64, Model hash: " + tiny_model_hash() +
+                                                          ", Model: tiny, RNG: CPU, Seed mode: compvis"),
                   std::string::npos)
             << j["parameters"];
     }
