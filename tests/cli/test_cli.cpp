@@ -83,6 +83,29 @@ TEST(Tokenize, PlainSyntaxCutsLongPromptsToTheReferenceIds) {
     EXPECT_EQ(bad.err, "sd-txt2img: error: --prompt-syntax must be a1111 or plain, got \"compvis\"\n");
 }
 
+// Plain syntax hands the whole text to the tokenizer, <lora:...> tags included (as
+// CompVis and diffusers do); only the A1111 syntax reads them as LoRA tags. The
+// tokenizer's ids of the whole text come from the same text with spaces between its
+// pieces (CLIP's word split cuts "<lora:detail:0.8>" at each symbol and digit anyway),
+// which no tag parser touches; "<" and ">" are 283 and 285 (the fixtures' "<html>" case).
+TEST(Tokenize, PlainSyntaxLeavesLoraTagsAsText) {
+    const std::string prompt = "<lora:detail:0.8> a portrait";
+    auto plain = run({sdtest::cli(), "--tokenize", "--prompt-syntax", "plain", "--prompt", prompt});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    auto spaced = run({sdtest::cli(), "--tokenize", "--prompt", "< lora : detail : 0 . 8 > a portrait"});
+    ASSERT_EQ(spaced.exit_code, 0) << spaced.err;
+    auto a1111 = run({sdtest::cli(), "--tokenize", "--prompt", prompt});
+    auto bare = run({sdtest::cli(), "--tokenize", "--prompt", "a portrait"});
+    ASSERT_EQ(a1111.exit_code, 0) << a1111.err;
+    const json got = json::parse(plain.out);
+    EXPECT_EQ(got, json::parse(spaced.out));
+    EXPECT_EQ(got[1], 283);  // "<"
+    EXPECT_EQ(std::count(got.begin(), got.end(), json(285)), 1);  // ">"
+    EXPECT_NE(got, json::parse(bare.out));
+    // The A1111 syntax still takes the tag out of the text.
+    EXPECT_EQ(json::parse(a1111.out), json::parse(bare.out));
+}
+
 TEST(Tokenize, PromptOptionPrintsOneLineOf77Ids) {
     auto r = run({sdtest::cli(), "--tokenize", "--prompt", ""});
     ASSERT_EQ(r.exit_code, 0) << r.err;
