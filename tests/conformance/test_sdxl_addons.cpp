@@ -1,0 +1,242 @@
+// SDXL LoRAs and textual-inversion embeddings against diffusers v0.26.3
+// (tests/fixtures/sdxl-lora/README.md, tests/fixtures/sdxl-embeddings/README.md):
+// every public case through the CLI, from the single file and from the diffusers
+// folder, with diffusers' schedulers (--schedule leading / trailing) and the size
+// conditioning given explicitly; the LoRA key mapping of all three files; the
+// pooled row at argmax(ids) with an embedding in the text.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "conformance_util.h"
+#include "engine/embeddings.h"
+#include "io/lora_keys.h"
+#include "io/png_text.h"
+#include "io/weight_file.h"
+#include "sd/error.h"
+#include "sd/from_png.h"
+#include "test_util.h"
+
+namespace {
+
+std::string lora_dir() { return sdtest::fixtures() + "/sdxl-lora"; }
+std::string emb_dir() { return sdtest::fixtures() + "/sdxl-embeddings"; }
+std::string model(const std::string& from) { return sdtest::test_models() + "/sdxl-" + from; }
+
+std::vector<std::string> case_names(const std::string& set_dir) {
+    std::vector<std::string> out;
+    const auto index = sdtest::read_json(set_dir + "/cases/index.json");
+    for (auto it = index.begin(); it != index.end(); ++it) out.push_back(it.key());
+    return out;
+}
+
+// The flags that reproduce one case's diffusers run (README "Scheduler, guidance, conditioning").
+std::vector<std::string> case_args(const std::string& set_dir, const std::string& c, const std::string& from,
+                                   const std::string& out) {
+    const auto a = sdtest::read_json(set_dir + "/cases/" + c + "/args.json");
+    const auto& sched = a["scheduler"];
+    const std::string cls = sched["class"].get<std::string>();
+    const std::string spacing = sched["config"]["timestep_spacing"].get<std::string>();
+    const int H = a["H"].get<int>(), W = a["W"].get<int>();
+    const auto& size = a["size_conditioning"];
+    auto wxh = [](const nlohmann::json& hw) {
+        return std::to_string(hw[1].get<int>()) + "x" + std::to_string(hw[0].get<int>());
+    };
+    std::vector<std::string> v = {sdtest::cli(), "--model", model(from), "--outdir", out + "/img", "--quiet",
+                                  "--threads", "1", "--sampler", cls == "DDIMScheduler" ? "ddim" : "euler",
+                                  "--schedule", spacing, "--scale", std::to_string(a["guidance_scale"].get<double>()),
+                                  "--steps", std::to_string(a["num_inference_steps"].get<int>()), "--seed",
+                                  std::to_string(a["seed"].get<long long>()), "--H", std::to_string(H), "--W",
+                                  std::to_string(W), "--n_samples", std::to_string(a["n"].get<int>()),
+                                  "--original-size", wxh(size["original_size"]), "--target-size",
+                                  wxh(size["target_size"]), "--crop-coords",
+                                  std::to_string(size["crops_coords_top_left"][0].get<int>()) + "," +
+                                      std::to_string(size["crops_coords_top_left"][1].get<int>()),
+                                  "--prompt", a["prompt"].get<std::string>()};
+    if (!a["negative_prompt"].is_null()) v.insert(v.end(), {"--negative-prompt", a["negative_prompt"].get<std::string>()});
+    if (!a["loras"].is_null())
+        for (const auto& l : a["loras"])
+            v.insert(v.end(), {"--lora", set_dir + "/" + l[0].get<std::string>() + ":" +
+                                             std::to_string(l[1].get<double>())});
+    if (!a["embeddings"].is_null())
+        for (const auto& e : a["embeddings"]) v.insert(v.end(), {"--embedding", set_dir + "/" + e[0].get<std::string>()});
+    return v;
+}
+
+using Case = std::tuple<std::string, std::string, std::string>;  // set, case, layout
+
+struct SdxlAddonCli : ::testing::TestWithParam<Case> {};
+
+TEST_P(SdxlAddonCli, MatchesDiffusers) {
+    const auto& [set, c, from] = GetParam();
+    const std::string dir = set == "lora" ? lora_dir() : emb_dir();
+    const std::string out = sdtest::temp_dir();
+    sdtest::check_cli_run(dir + "/cases/" + c, case_args(dir, c, from, out), out);
+}
+
+std::vector<Case> all_cases() {
+    std::vector<Case> out;
+    for (const char* from : {"st", "diffusers"}) {
+        for (const auto& c : case_names(lora_dir())) out.emplace_back("lora", c, from);
+        for (const auto& c : case_names(emb_dir())) out.emplace_back("emb", c, from);
+    }
+    return out;
+}
+
+std::string case_label(const ::testing::TestParamInfo<Case>& info) {
+    std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
+    for (auto& ch : name)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(SdxlAddons, SdxlAddonCli, ::testing::ValuesIn(all_cases()), case_label);
+
+// The must-FAIL variations through the CLI: without the LoRA, or with the
+// embeddings loaded the other way round (another added token is the largest id,
+// so the pooled row moves), the latents are far off.
+TEST(SdxlAddonCliVariation, LoraAndEmbeddingOrderMatter) {
+    {
+        const std::string c = "xa_m1.0_euler10_64x64", out = sdtest::temp_dir();
+        auto args = case_args(lora_dir(), c, "st", out);
+        args.erase(args.end() - 2, args.end());  // the --lora
+        args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
+        auto r = sdtest::run(args);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_GT(sdtest::latents_relative_error(lora_dir() + "/cases/" + c, out + "/latents.npy"), 0.1);
+    }
+    {
+        const std::string c = "e_both_g1_batch2_euler8_96x64", out = sdtest::temp_dir();
+        auto args = case_args(emb_dir(), c, "st", out);
+        std::swap(args[args.size() - 1], args[args.size() - 3]);  // xlthree before xlone
+        args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
+        auto r = sdtest::run(args);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_GT(sdtest::latents_relative_error(emb_dir() + "/cases/" + c, out + "/latents.npy"), 1e-3);
+    }
+}
+
+// Every module of the three files maps to a parameter of the exported model
+// (the README's table: SGM block names, diffusers block names, the diffusers
+// format; both text encoders), none is left over, and the ones the export does
+// not build (CLIP-L's last layer, unused by SDXL) change nothing.
+TEST(SdxlLoraKeys, EveryModuleOfTheFixturesMaps) {
+    sd::LoraTargets t;
+    const std::string m = model("st");
+    t.unet = sd::read_weight_index(m + "/unet.weights");
+    t.text_encoder = sd::read_weight_index(m + "/text_encoder.weights");
+    t.text_encoder_2 = sd::read_weight_index(m + "/text_encoder_2.weights");
+    struct Want {
+        const char* file;
+        size_t unet, te1, te2;
+    };
+    // xl_lora_a: 257 UNet modules, 18 CLIP-L ones of which the 6 of layer 2 are not built, 24 bigG.
+    for (const Want& w : {Want{"xl_lora_a.safetensors", 257, 12, 24}, Want{"xl_lora_b.safetensors", 136, 8, 16},
+                          Want{"xl_lora_b_diffusers.safetensors", 136, 8, 16}}) {
+        const auto f = sd::read_lora(lora_dir() + "/" + w.file, t);
+        size_t unet = 0, te1 = 0, te2 = 0;
+        for (const auto& mod : f.modules) (mod.stage == "unet" ? unet : mod.stage == "text_encoder" ? te1 : te2)++;
+        EXPECT_EQ(unet, w.unet) << w.file;
+        EXPECT_EQ(te1, w.te1) << w.file;
+        EXPECT_EQ(te2, w.te2) << w.file;
+    }
+    const auto a = sd::read_lora(lora_dir() + "/xl_lora_a.safetensors", t);
+    auto find = [&](const std::string& key) -> const sd::LoraModule* {
+        for (const auto& mod : a.modules)
+            if (mod.key == key) return &mod;
+        return nullptr;
+    };
+    const auto* proj = find("lora_unet_input_blocks_4_1_proj_in");
+    ASSERT_NE(proj, nullptr);
+    EXPECT_EQ(proj->param, "input_blocks.4.1.proj_in.weight");
+    EXPECT_DOUBLE_EQ(proj->scale(), 0.5);
+    const auto* to_k = find("lora_unet_middle_block_1_transformer_blocks_1_attn2_to_k");
+    ASSERT_NE(to_k, nullptr);
+    EXPECT_DOUBLE_EQ(to_k->scale(), 0.25);
+    const auto* te2 = find("lora_te2_text_model_encoder_layers_0_self_attn_q_proj");
+    ASSERT_NE(te2, nullptr);
+    EXPECT_EQ(te2->stage, "text_encoder_2");
+    EXPECT_DOUBLE_EQ(te2->scale(), 1.5);
+    // An SDXL LoRA on an SD 1.x model is refused by name, and the other way round.
+    sd::LoraTargets sd1 = t;
+    sd1.text_encoder_2.clear();
+    try {
+        sd::read_lora(lora_dir() + "/xl_lora_a.safetensors", sd1);
+        ADD_FAILURE() << "no error";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is a LoRA for SDXL"), std::string::npos) << e.what();
+    }
+    try {
+        sd::read_lora(sdtest::fixtures() + "/lora/lora_a.safetensors", t);
+        ADD_FAILURE() << "no error";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("lora_a.safetensors"), std::string::npos) << e.what();
+    }
+}
+
+// An SD 1.x embedding on SDXL, and an SDXL one on SD 1.x, are one line naming the file.
+TEST(SdxlEmbeddingErrors, WrongFamilyIsOneLine) {
+    const std::string sd1_emb = sdtest::fixtures() + "/embeddings";
+    std::string one;
+    for (const auto& e : std::filesystem::directory_iterator(sd1_emb))
+        if (e.path().extension() == ".safetensors") one = e.path().string();
+    ASSERT_FALSE(one.empty());
+    auto r = sdtest::run({sdtest::cli(), "--model", model("st"), "--prompt", "a", "--outdir", sdtest::temp_dir(),
+                          "--steps", "1", "--H", "64", "--W", "64", "--embedding", one});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("not an SDXL embedding"), std::string::npos) << r.err;
+    try {  // as an SD 1.x model of this width loads it
+        sd::load_embeddings({emb_dir() + "/xlone.safetensors"}, 32, 75);
+        ADD_FAILURE() << "no error";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is an SDXL embedding"), std::string::npos) << e.what();
+    }
+    const auto both = sd::load_embeddings({emb_dir() + "/xlthree.safetensors"}, 32, 75, 48);
+    ASSERT_EQ(both.size(), 1u);
+    EXPECT_EQ(both[0].trigger, "xlthree");
+    EXPECT_EQ(both[0].vectors.sizes(), (std::vector<int64_t>{3, 32}));
+    EXPECT_EQ(both[0].vectors_2.sizes(), (std::vector<int64_t>{3, 48}));
+}
+
+// SDXL's size conditioning goes into the PNG text (A1111's style, written only
+// where it is not the image's own size) and --from-png reads it back: the remake
+// is the same PNG, byte for byte; a remake told another crop is not.
+TEST(SdxlFromPng, CustomSizeConditioningRemakesTheSamePng) {
+    const std::string dir = sdtest::temp_dir();
+    auto r = sdtest::run({sdtest::cli(), "--model", model("st"), "--outdir", dir + "/first", "--quiet", "--threads", "1",
+                          "--H", "64", "--W", "96", "--steps", "3", "--seed", "5", "--prompt", "a lighthouse at dusk",
+                          "--original-size", "128x96", "--crop-coords", "8,16", "--target-size", "96x64"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto first = sdtest::lines(r.out);
+    ASSERT_EQ(first.size(), 1u) << r.out;
+    const std::string png = sdtest::read_text(first[0]);
+    const std::string text = sd::png_read_text(std::vector<uint8_t>(png.begin(), png.end()))["parameters"];
+    EXPECT_NE(text.find(", Original size: 128x96, Crop coords: \"8,16\", Target size: 96x64,"), std::string::npos) << text;
+
+    auto again = sdtest::run({sdtest::cli(), "--model", model("st"), "--outdir", dir + "/again", "--quiet", "--threads",
+                              "1", "--from-png", first[0]});
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    ASSERT_EQ(sdtest::lines(again.out).size(), 1u) << again.out;
+    EXPECT_EQ(sdtest::read_text(sdtest::lines(again.out)[0]), png);
+
+    auto other = sdtest::run({sdtest::cli(), "--model", model("st"), "--outdir", dir + "/other", "--quiet", "--threads",
+                              "1", "--crop-coords", "0,0", "--from-png", first[0]});
+    ASSERT_EQ(other.exit_code, 0) << other.err;
+    ASSERT_EQ(sdtest::lines(other.out).size(), 1u) << other.out;
+    EXPECT_NE(sdtest::read_text(sdtest::lines(other.out)[0]), png);
+
+    // Read back as recorded; a malformed value is one line naming the PNG.
+    const auto rec = sd::parse_parameters_text(text, "x.png");
+    EXPECT_EQ(rec.original_size, (std::pair<int, int>{128, 96}));
+    EXPECT_EQ(rec.crop_coords, (std::pair<int, int>{8, 16}));
+    EXPECT_EQ(rec.target_size, (std::pair<int, int>{96, 64}));
+    try {
+        sd::parse_parameters_text("a\nSteps: 3, Sampler: Euler, Crop coords: 8", "x.png");
+        ADD_FAILURE() << "no error";
+    } catch (const sd::Error& e) {
+        EXPECT_EQ(std::string(e.what()), "x.png: \"Crop coords\" must be TOP,LEFT, got \"8\"");
+    }
+}
+
+}  // namespace
