@@ -116,6 +116,15 @@ TEST(SdxlAddonCliVariation, LoraAndEmbeddingOrderMatter) {
     }
 }
 
+// LoRAs baked in by the export (export_model.py --lora, the export_sdxl_lora test):
+// the stacked case without any --lora at run time.
+TEST(SdxlLoraExport, BakedStackedCase) {
+    const std::string c = "xa0.6_xb1.0_stacked_neg_euler10_96x64", out = sdtest::temp_dir();
+    auto args = case_args(lora_dir(), c, "lora-stacked", out);
+    args.erase(args.end() - 4, args.end());  // the two --lora
+    sdtest::check_cli_run(lora_dir() + "/cases/" + c, args, out);
+}
+
 // Every module of the three files maps to a parameter of the exported model
 // (the README's table: SGM block names, diffusers block names, the diffusers
 // format; both text encoders), none is left over, and the ones the export does
