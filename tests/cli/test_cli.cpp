@@ -16,6 +16,7 @@
 #include "sd/error.h"
 #include "io/image_io.h"
 #include "io/npy.h"
+#include "io/png_text.h"
 #include "test_util.h"
 #include "io/weight_file.h"
 
@@ -104,6 +105,26 @@ TEST(Tokenize, PlainSyntaxLeavesLoraTagsAsText) {
     EXPECT_NE(got, json::parse(bare.out));
     // The A1111 syntax still takes the tag out of the text.
     EXPECT_EQ(json::parse(a1111.out), json::parse(bare.out));
+}
+
+// A run reads it the same way: with plain syntax a tag names no LoRA (no --lora-dir
+// is asked for), and the PNG text keeps the prompt as given; a1111 wants the folder.
+TEST(PlainSyntax, RunLeavesLoraTagsAsText) {
+    const std::string dir = sdtest::temp_dir();
+    const std::vector<std::string> base = {sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--outdir",
+                                           dir, "--quiet", "--H", "64", "--W", "64", "--steps", "1", "--prompt",
+                                           "<lora:detail:0.8> a portrait"};
+    auto plain = base;
+    plain.insert(plain.end(), {"--prompt-syntax", "plain"});
+    auto r = run(plain);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string png = sdtest::read_text(sdtest::lines(r.out).at(0));
+    const std::string text = sd::png_read_text(std::vector<uint8_t>(png.begin(), png.end()))["parameters"];
+    EXPECT_EQ(text.rfind("<lora:detail:0.8> a portrait\nSteps: 1,", 0), 0u) << text;
+    EXPECT_EQ(text.find("Lora hashes"), std::string::npos) << text;
+    auto a1111 = run(base);
+    EXPECT_EQ(a1111.exit_code, 1);
+    EXPECT_NE(a1111.err.find("needs --lora-dir"), std::string::npos) << a1111.err;
 }
 
 TEST(Tokenize, PromptOptionPrintsOneLineOf77Ids) {
