@@ -100,7 +100,9 @@ def target_table(modules):
             table.setdefault("unet." + diffusers, ("unet", name, p))
     # SDXL (a second text encoder; HF names in both): lora_te1_ / lora_te2_, else lora_te_.
     sdxl = "text_encoder_2" in modules
-    stages = [("text_encoder", "lora_te1_" if sdxl else "lora_te_")] + ([("text_encoder_2", "lora_te2_")] if sdxl else [])
+    stages = [("text_encoder", "lora_te1_" if sdxl else "lora_te_")]
+    if sdxl:
+        stages.append(("text_encoder_2", "lora_te2_"))
     for stage, kohya in stages:
         for name, p in modules[stage].named_parameters():
             if name.endswith(".weight"):
