@@ -10,11 +10,13 @@
 
 #include "conformance_util.h"
 #include "engine/embeddings.h"
+#include "engine/sampling_loop.h"
 #include "io/lora_keys.h"
 #include "io/png_text.h"
 #include "io/weight_file.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
+#include "sd/model_config.h"
 #include "test_util.h"
 
 namespace {
@@ -123,6 +125,36 @@ TEST(SdxlLoraExport, BakedStackedCase) {
     auto args = case_args(lora_dir(), c, "lora-stacked", out);
     args.erase(args.end() - 4, args.end());  // the two --lora
     sdtest::check_cli_run(lora_dir() + "/cases/" + c, args, out);
+}
+
+// SDXL's sgm flavour is the default schedule's only: with --schedule leading or
+// trailing, euler, euler_a and dpmpp_2m on SDXL do diffusers' arithmetic, the same
+// as on SD 1.x (whose leading/trailing runs follow diffusers' fixtures), while
+// the default schedule does differ. A model that answers with its input.
+TEST(SdxlSchedules, LeadingAndTrailingAreDiffusersOnSdxlToo) {
+    c10::InferenceMode guard;
+    const auto cfg = sd::load_model_config(model("st"));
+    const sd::ModelFn fn = [](const at::Tensor& x, const at::Tensor& t) {
+        return x * 0.1 + t.to(at::kFloat).view({-1, 1, 1, 1}) * 1e-3;
+    };
+    auto run = [&](const std::string& sampler, const std::string& schedule, bool sgm) {
+        sd::SamplerSettings s;
+        s.sampler = sampler;
+        s.schedule = schedule;
+        s.steps = 8;
+        s.sgm = sgm;
+        s.linear_start = cfg.linear_start;
+        s.linear_end = cfg.linear_end;
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(3);
+        auto noise = at::randn({1, 4, 8, 8}, gen);
+        return sd::sample(s, fn, noise, cfg.alphas_cumprod, gen);
+    };
+    // dpmpp_2m has no trailing schedule (core/sampler_list.h).
+    for (auto [sampler, schedule] : {std::pair{"euler", "leading"}, {"euler", "trailing"}, {"euler_a", "leading"},
+                                     {"euler_a", "trailing"}, {"dpmpp_2m", "leading"}})
+        EXPECT_TRUE(at::equal(run(sampler, schedule, true), run(sampler, schedule, false))) << sampler << " " << schedule;
+    for (const char* sampler : {"euler", "euler_a", "dpmpp_2m"})
+        EXPECT_FALSE(at::equal(run(sampler, "default", true), run(sampler, "default", false))) << sampler;
 }
 
 // Every module of the three files maps to a parameter of the exported model
