@@ -583,6 +583,11 @@ void check_png_jobs(const CLI::App& app, const Flags& f) {
         for (const auto& l : loras)
             for (const auto& h : rec.loras)
                 if (h.name == l.name && h.hash != l.hash) hash_mismatch(f, path, "the LoRA " + l.path, h.hash, l.hash);
+        // A plain-syntax prompt carries no tags: its LoRAs come from --lora, and one left out changes the image.
+        for (const auto& h : rec.loras)
+            if (std::none_of(loras.begin(), loras.end(), [&](const sd::LoraUse& l) { return l.name == h.name; }))
+                throw sd::Error(path + " was made with the LoRA \"" + sd::text_excerpt(h.name) +
+                                "\" (its Lora hashes), which this remake does not load: give it with --lora");
     }
 }
 

@@ -244,10 +244,11 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
                             const std::vector<EmbeddingInfo>& embeddings) {
     // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
     const SamplerInfo& sampler = sampler_info(item.settings.sampler);
-    // --lora's files are written as tags, as A1111 would have them, so that --from-png reruns them.
+    // --lora's files are written as tags, as A1111 would have them, so that --from-png reruns them;
+    // not in plain syntax, which reads tags as words (there --from-png needs --lora again).
     std::string text = item.prompt;
     for (const auto& l : item.settings.loras)
-        if (!l.from_tag) text += " " + lora_tag_text(l.name, l.text_weight, l.unet_weight);
+        if (!l.from_tag && item.settings.prompt_weights) text += " " + lora_tag_text(l.name, l.text_weight, l.unet_weight);
     text += "\n";
     if (!item.negative_prompt.empty()) text += "Negative prompt: " + item.negative_prompt + "\n";
     text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler.a1111_name;

@@ -125,6 +125,31 @@ TEST(PlainSyntax, RunLeavesLoraTagsAsText) {
     auto a1111 = run(base);
     EXPECT_EQ(a1111.exit_code, 1);
     EXPECT_NE(a1111.err.find("needs --lora-dir"), std::string::npos) << a1111.err;
+
+    // With --lora the PNG text keeps the prompt as given (a tag added there would be read as
+    // words); --from-png then needs --lora again, and says so when it is left out.
+    const std::string lora = sdtest::fixtures() + "/lora/lora_a.safetensors:0.6";
+    auto with_lora = plain;
+    with_lora.insert(with_lora.end(), {"--lora", lora, "--outdir", dir + "/lora"});
+    auto made = run(with_lora);
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    const std::string first = sdtest::lines(made.out).at(0), bytes = sdtest::read_text(first);
+    const std::string recorded = sd::png_read_text(std::vector<uint8_t>(bytes.begin(), bytes.end()))["parameters"];
+    EXPECT_EQ(recorded.rfind("<lora:detail:0.8> a portrait\nSteps: 1,", 0), 0u) << recorded;
+    EXPECT_NE(recorded.find("Lora hashes: \"lora_a: "), std::string::npos) << recorded;
+    const std::vector<std::string> remake = {sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--quiet",
+                                             "--from-png", first};
+    auto missing = remake;
+    missing.insert(missing.end(), {"--outdir", dir + "/missing"});
+    auto refused = run(missing);
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_EQ(sdtest::lines(refused.err).size(), 1u) << refused.err;
+    EXPECT_NE(refused.err.find("give it with --lora"), std::string::npos) << refused.err;
+    auto again = remake;
+    again.insert(again.end(), {"--outdir", dir + "/again", "--lora", lora});
+    auto remade = run(again);
+    ASSERT_EQ(remade.exit_code, 0) << remade.err;
+    EXPECT_EQ(sdtest::read_text(sdtest::lines(remade.out).at(0)), bytes);
 }
 
 TEST(Tokenize, PromptOptionPrintsOneLineOf77Ids) {
