@@ -10,6 +10,9 @@
 
 #include "conformance_util.h"
 #include "engine/embeddings.h"
+#include "engine/lora_merge.h"
+#include "engine/sdxl_conditioning.h"
+#include "engine/stage_loader.h"
 #include "engine/sampling_loop.h"
 #include "io/lora_keys.h"
 #include "io/png_text.h"
@@ -17,6 +20,8 @@
 #include "sd/error.h"
 #include "sd/from_png.h"
 #include "sd/model_config.h"
+#include "sd/tokenizer.h"
+#include "text/prompt_weights.h"
 #include "test_util.h"
 
 namespace {
@@ -24,6 +29,7 @@ namespace {
 std::string lora_dir() { return sdtest::fixtures() + "/sdxl-lora"; }
 std::string emb_dir() { return sdtest::fixtures() + "/sdxl-embeddings"; }
 std::string model(const std::string& from) { return sdtest::test_models() + "/sdxl-" + from; }
+double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
 
 std::vector<std::string> case_names(const std::string& set_dir) {
     std::vector<std::string> out;
@@ -125,6 +131,67 @@ TEST(SdxlLoraExport, BakedStackedCase) {
     auto args = case_args(lora_dir(), c, "lora-stacked", out);
     args.erase(args.end() - 4, args.end());  // the two --lora
     sdtest::check_cli_run(lora_dir() + "/cases/" + c, args, out);
+}
+
+// The text stage of every case: both tokenizations (added tokens at diffusers' ids,
+// in load order), crossattn and pooled with the text-encoder LoRAs merged or the
+// embeddings' vectors in place, the encoded negative too; pooled at argmax(ids).
+TEST(SdxlAddonStages, TokensCrossattnAndPooledOfEveryCase) {
+    c10::InferenceMode guard;
+    const std::string m = model("st");
+    const auto cfg = sd::load_model_config(m);
+    auto tok = sd::ClipTokenizer::load(cfg.vocab_path, cfg.merges_path);
+    sd::LoraTargets targets;
+    targets.unet = sd::read_weight_index(m + "/unet.weights");
+    targets.text_encoder = sd::read_weight_index(m + "/text_encoder.weights");
+    targets.text_encoder_2 = sd::read_weight_index(m + "/text_encoder_2.weights");
+    for (const auto& [set, dir] : {std::pair{"lora", lora_dir()}, std::pair{"emb", emb_dir()}}) {
+        for (const auto& c : case_names(dir)) {
+            const std::string cd = dir + "/cases/" + c;
+            const auto a = sdtest::read_json(cd + "/args.json");
+            std::vector<sd::LoraMerge> merges;
+            if (!a["loras"].is_null())
+                for (const auto& l : a["loras"]) {
+                    const double w = l[1].get<double>();
+                    merges.push_back({sd::read_lora(dir + "/" + l[0].get<std::string>(), targets), w, w});
+                }
+            auto te1 = sd::load_stage(m + "/text_encoder.pt", at::kFloat, c10::kCPU, nullptr,
+                                      [&](torch::jit::Module& s) { sd::merge_loras(s, "text_encoder", merges); });
+            auto te2 = sd::load_stage(m + "/text_encoder_2.pt", at::kFloat, c10::kCPU, nullptr,
+                                      [&](torch::jit::Module& s) { sd::merge_loras(s, "text_encoder_2", merges); });
+            std::vector<std::string> files;
+            if (!a["embeddings"].is_null())
+                for (const auto& e : a["embeddings"]) files.push_back(dir + "/" + e[0].get<std::string>());
+            const auto embs = sd::load_embeddings(files, cfg.sdxl.text_encoder_width, 75, cfg.sdxl.text_encoder_2_width);
+            const auto added = sd::added_words(embs, 49408);
+            // Token ids as diffusers numbers them.
+            const std::string prompt = a["prompt"].get<std::string>();
+            for (auto [file, pad] : {std::pair{"tokens_l.npy", cfg.pad_id}, {"tokens_g.npy", cfg.sdxl.text_encoder_2_pad_id}}) {
+                const auto chunks = sd::tokenize_prompt(tok, prompt, {}, 77, cfg.bos_id, cfg.eos_id, pad, added);
+                EXPECT_TRUE(at::equal(at::tensor(chunks.ids.at(0), at::kLong), sdtest::load_tensor(cd + "/" + file)[0]))
+                    << c << " " << file;
+            }
+            const at::Tensor x1 = sd::embedding_table(embs, cfg.sdxl.text_encoder_width);
+            const at::Tensor x2 = sd::embedding_table(embs, cfg.sdxl.text_encoder_2_width, true);
+            sd::SdxlEncoders enc;
+            enc.first = [&](const at::Tensor& ids) { return sd::encode_ids(te1, ids, 0, x1); };
+            enc.second = [&](const at::Tensor& ids) { return sd::encode_ids_pooled(te2, ids, 0, x2); };
+            const int n = a["n"].get<int>(), H = a["H"].get<int>(), W = a["W"].get<int>();
+            const std::string neg = a["negative_prompt"].is_null() ? "" : a["negative_prompt"].get<std::string>();
+            auto got = sd::encode_sdxl_conditioning(enc, enc, tok, cfg, std::vector<std::string>(n, prompt),
+                                                    std::vector<std::string>(n, neg), {}, {H, W, 0, 0, H, W}, added);
+            const at::Tensor cond = sdtest::load_tensor(cd + "/cond_crossattn.npy");
+            const double tol = std::max(1e-4, 1e-5 * max_abs(cond));
+            EXPECT_LE(sdtest::max_abs_diff(got.cond, cond), tol) << c;
+            EXPECT_LE(sdtest::max_abs_diff(got.cond_y.slice(1, 0, 48), sdtest::load_tensor(cd + "/pooled.npy")), tol) << c;
+            if (!neg.empty()) {
+                EXPECT_LE(sdtest::max_abs_diff(got.uncond, sdtest::load_tensor(cd + "/uncond_crossattn.npy")), tol) << c;
+                EXPECT_LE(sdtest::max_abs_diff(got.uncond_y.slice(1, 0, 48), sdtest::load_tensor(cd + "/uncond_pooled.npy")),
+                          tol)
+                    << c;
+            }
+        }
+    }
 }
 
 // SDXL's sgm flavour is the default schedule's only: with --schedule leading or
