@@ -100,6 +100,16 @@ std::string case_label(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(SdxlAddons, SdxlAddonCli, ::testing::ValuesIn(all_cases()), case_label);
 
+// The same LoRA named by the prompt's A1111 tag, found in --lora-dir, gives the case.
+TEST(SdxlAddonCliVariation, PromptTagFindsTheLora) {
+    const std::string c = "xa_m1.0_euler10_64x64", out = sdtest::temp_dir();
+    auto args = case_args(lora_dir(), c, "st", out);
+    args.erase(args.end() - 2, args.end());  // the --lora
+    args.back() += " <lora:xl_lora_a:1>";   // the prompt
+    args.insert(args.end(), {"--lora-dir", lora_dir()});
+    sdtest::check_cli_run(lora_dir() + "/cases/" + c, args, out);
+}
+
 // The must-FAIL variations through the CLI: without the LoRA, or with the
 // embeddings loaded the other way round (another added token is the largest id,
 // so the pooled row moves), the latents are far off.
