@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -380,7 +381,9 @@ void read_prompts(const CLI::App& app, Flags& f) {
 // files with SD 1.x's window (ModelConfig's defaults).
 void print_token_ids(const CLI::App& app, const Flags& f) {
     std::vector<std::string> texts;
-    for (const auto& p : f.job.prompts) texts.push_back(sd::strip_lora_tags(p.prompt));
+    // Only the A1111 syntax reads <lora:...> tags; plain hands the whole text to the tokenizer.
+    for (const auto& p : f.job.prompts)
+        texts.push_back(f.job.settings.prompt_weights ? sd::strip_lora_tags(p.prompt) : p.prompt);
     sd::ModelConfig cfg;
     if (app.count("--model")) {
         cfg = sd::load_model_config(f.model_dir);  // resolved (resolve_model_flag)
@@ -622,6 +625,13 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     if (rec.width && !given("--W")) job.settings.width = *rec.width;
     if (rec.height && !given("--H")) job.settings.height = *rec.height;
     if (!given("--clip-skip")) job.settings.clip_skip = rec.clip_skip.value_or(1);
+    // SDXL's size conditioning: recorded only where it was not the image's own size.
+    if (rec.original_size && !given("--original-size"))
+        std::tie(job.settings.original_width, job.settings.original_height) = *rec.original_size;
+    if (rec.crop_coords && !given("--crop-coords"))
+        std::tie(job.settings.crop_top, job.settings.crop_left) = *rec.crop_coords;
+    if (rec.target_size && !given("--target-size"))
+        std::tie(job.settings.target_width, job.settings.target_height) = *rec.target_size;
     if (!given("--prompt-syntax")) set_prompt_syntax(job.settings, rec.prompt_syntax.value_or("a1111"));
     // The web UI and stable-diffusion.cpp give image i of a batch its own generator seeded seed + i: per-image.
     const bool own_text = rec.writer == sd::TextWriter::this_tool;
@@ -698,6 +708,11 @@ void check_png_jobs(const CLI::App& app, const Flags& f) {
         for (const auto& l : loras)
             for (const auto& h : rec.loras)
                 if (h.name == l.name && h.hash != l.hash) hash_mismatch(f, path, "the LoRA " + l.path, h.hash, l.hash);
+        // A plain-syntax prompt carries no tags: its LoRAs come from --lora, and one left out changes the image.
+        for (const auto& h : rec.loras)
+            if (std::none_of(loras.begin(), loras.end(), [&](const sd::LoraUse& l) { return l.name == h.name; }))
+                throw sd::Error(path + " was made with the LoRA \"" + sd::text_excerpt(h.name) +
+                                "\" (its Lora hashes), which this remake does not load: give it with --lora");
     }
 }
 

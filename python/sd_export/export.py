@@ -116,8 +116,6 @@ def resolve_sdxl(args, r, ldm):
     """resolve() for SDXL base: CLIP ViT-L (its penultimate state, no final LayerNorm) and
     OpenCLIP bigG (penultimate state and pooled vector), the UNet's vector input."""
     ckpt, folder = r["ckpt"], r["folder"]
-    if args.lora:
-        raise ExportError("--lora: SDXL LoRAs are not supported yet (only SD 1.x and 2.x LoRAs)")
     if folder:
         text_cfg = load_text_config(args.text_config or folder["text_config"])
         text_cfg_2 = load_text_config(args.text_config_2 or folder["text_config_2"])

@@ -1,7 +1,8 @@
 """LoRAs baked into an export (--lora FILE[:WEIGHT]): the same files, names and rule as
 the C++ tool's run-time merge (src/io/lora_keys.cpp, src/engine/lora_merge.cpp):
-kohya / A1111 files (lora_unet_* / lora_te_*, lora_down / lora_up / alpha, LoCon) and
-diffusers' pre-PEFT files (unet.*.lora.{down,up}.weight, text_encoder.*.lora_linear_layer.*),
+kohya / A1111 files (lora_unet_* / lora_te_*, SDXL's lora_te1_* / lora_te2_*, lora_down /
+lora_up / alpha, LoCon) and diffusers' pre-PEFT files (unet.*.lora.{down,up}.weight,
+text_encoder.*.lora_linear_layer.*, SDXL's text_encoder_2.*),
 W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape) in fp32,
 several files stacked in order. Errors are one line (ExportError)."""
 
@@ -97,17 +98,42 @@ def target_table(modules):
         if diffusers:
             table.setdefault("lora_unet_" + diffusers.replace(".", "_"), ("unet", name, p))
             table.setdefault("unet." + diffusers, ("unet", name, p))
-    for name, p in modules["text_encoder"].named_parameters():
-        if name.endswith(".weight"):
-            table.setdefault("lora_te_" + name[:-7].replace(".", "_"), ("text_encoder", name, p))
-            table.setdefault("text_encoder." + name[:-7], ("text_encoder", name, p))
+    # SDXL (a second text encoder; HF names in both): lora_te1_ / lora_te2_, else lora_te_.
+    sdxl = "text_encoder_2" in modules
+    stages = [("text_encoder", "lora_te1_" if sdxl else "lora_te_")]
+    if sdxl:
+        stages.append(("text_encoder_2", "lora_te2_"))
+    for stage, kohya in stages:
+        for name, p in modules[stage].named_parameters():
+            if name.endswith(".weight"):
+                table.setdefault(kohya + name[:-7].replace(".", "_"), (stage, name, p))
+                table.setdefault(f"{stage}." + name[:-7], (stage, name, p))
     return table
 
 
-def _refuse_other_layouts(path, keys):
+def _built_layers(module):
+    return len(module.text_model.encoder.layers)
+
+
+def _unbuilt_layer(name, table, modules):
+    """SD 2.x's and SDXL's first text encoder are exported without their last layer, whose
+    output no picture uses: a LoRA module of such a layer changes nothing. Its layer-0
+    twin (for the shape check) when `name` is one, else None."""
+    m = re.search(r"(text_model_encoder_layers_|text_model\.encoder\.layers\.)(\d+)", name)
+    if not m:
+        return None
+    twin = table.get(name[:m.start(2)] + "0" + name[m.end(2):])
+    if twin is None or int(m.group(2)) < _built_layers(modules[twin[0]]):
+        return None
+    return twin
+
+
+def _refuse_other_layouts(path, keys, sdxl):
     for k in keys:
-        if k.startswith(("lora_te1_", "lora_te2_")):
-            raise ExportError(f"LoRA file {path} is a LoRA for SDXL ({k}); this tool runs SD 1.x and 2.x")
+        if not sdxl and k.startswith(("lora_te1_", "lora_te2_")):
+            raise ExportError(f"LoRA file {path} is a LoRA for SDXL ({k}); this model is SD 1.x or 2.x")
+        if sdxl and k.startswith("lora_te_"):
+            raise ExportError(f"LoRA file {path} is a LoRA for SD 1.x or 2.x ({k}); this model is SDXL")
         if k.endswith((".lora_A.weight", ".lora_B.weight")):
             raise ExportError(f"LoRA file {path} is in the PEFT format ({k}), which is not supported")
         if ".hada_" in k or ".lokr_" in k:
@@ -137,7 +163,7 @@ def _check_fit(path, key, stage, param, w, down, up):
                           "(a LoRA for another model or size?)")
 
 
-def read_lora(path, table):
+def read_lora(path, table, modules):
     """[(key, stage, parameter name, parameter, down, up, scale)] of one file, checked against the model."""
     import torch
     if not os.path.isfile(path):
@@ -146,7 +172,7 @@ def read_lora(path, table):
         keys = list(f.keys())
         if not keys:
             raise ExportError(f"LoRA file {path} holds no tensors")
-        _refuse_other_layouts(path, keys)
+        _refuse_other_layouts(path, keys, "text_encoder_2" in modules)
         parts, unknown = {}, []
         for k in keys:
             for suffix, part in SUFFIXES:
@@ -162,10 +188,11 @@ def read_lora(path, table):
         out = []
         for module in sorted(parts):
             p = parts[module]
-            if module not in table or "down" not in p or "up" not in p:
+            unbuilt = _unbuilt_layer(module, table, modules) if module not in table else None
+            if (module not in table and unbuilt is None) or "down" not in p or "up" not in p:
                 unknown.append(module)
                 continue
-            stage, name, param = table[module]
+            stage, name, param = unbuilt or table[module]
             down, up = f.load(p["down"]).float(), f.load(p["up"]).float()
             for key, t in ((p["down"], down), (p["up"], up)):
                 if not torch.isfinite(t).all():
@@ -175,7 +202,8 @@ def read_lora(path, table):
             alpha = float(f.load(p["alpha"]).float().reshape(-1)[0]) if "alpha" in p else float(rank)
             if not math.isfinite(alpha):
                 raise ExportError(f"LoRA file {path} has an alpha that is not a finite number: {module!r}")
-            out.append((module, stage, name, param, down, up, alpha / rank))
+            if unbuilt is None:  # a layer not built: checked, nothing to change
+                out.append((module, stage, name, param, down, up, alpha / rank))
     if unknown:
         listed = ", ".join(unknown[:3]) + (", ..." if len(unknown) > 3 else "")
         raise ExportError(f"LoRA file {path} has {len(unknown)} key{'s' if len(unknown) > 1 else ''} that match no "
@@ -202,7 +230,7 @@ def bake_loras(modules, loras):
     record = []
     with torch.no_grad():
         for path, weight in loras:
-            for _key, _stage, _name, param, down, up, scale in read_lora(path, table):
+            for _key, _stage, _name, param, down, up, scale in read_lora(path, table, modules):
                 delta = (up.flatten(1) @ down.flatten(1)).reshape(param.shape) * scale
                 param.copy_(param.float() + weight * delta)
             name = re.sub(r"\.safetensors$", "", os.path.basename(path))

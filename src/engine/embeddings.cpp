@@ -1,5 +1,6 @@
 #include "engine/embeddings.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "engine/tensor_file.h"
@@ -18,11 +19,13 @@ constexpr uintmax_t kMaxEmbeddingBytes = 64u << 20;
 struct Vectors {
     std::string name, hash;  // the tensor's name, A1111's short hash of the file
     at::Tensor tensor;
+    at::Tensor tensor_2;  // SDXL: clip_g (tensor is clip_l)
 };
 
 // The tensor of an embedding file that holds its vectors, its name
-// (embedding_file.h) and the file's hash, from one open of the file.
-Vectors read_vectors(const std::string& path) {
+// (embedding_file.h) and the file's hash, from one open of the file; SDXL
+// (sdxl true): the clip_l and clip_g pair.
+Vectors read_vectors(const std::string& path, bool sdxl) {
     const size_t size = check_regular_file(path, "embedding");
     if (size > kMaxEmbeddingBytes)
         throw Error("embedding " + path + " is " + std::to_string(size >> 20) +
@@ -35,12 +38,20 @@ Vectors read_vectors(const std::string& path) {
         TensorReader file(path, options);
         std::vector<std::string> names;
         for (const auto& t : file.tensors()) names.push_back(t.name);
-        const std::string name = embedding_tensor_name(names, path);
-        NamedTensors read = read_tensors(file, [&](const TensorEntry& e) { return e.name == name; });
-        if (!read.at(0).second.is_floating_point())
-            throw Error("embedding " + path + ": " + printable(name) + " is not a float tensor");
-        const std::string hash = file.sha256().substr(0, 10);  // A1111's short hash, as embedding_short_hash
-        return {name, hash, read.at(0).second.to(at::kFloat)};
+        const std::vector<std::string> wanted =
+            sdxl ? sdxl_embedding_tensor_names(names, path) : std::vector<std::string>{embedding_tensor_name(names, path)};
+        NamedTensors read = read_tensors(file, [&](const TensorEntry& e) {
+            return std::find(wanted.begin(), wanted.end(), e.name) != wanted.end();
+        });
+        Vectors v;
+        v.name = wanted[0];
+        for (auto& [name, tensor] : read) {
+            if (!tensor.is_floating_point())
+                throw Error("embedding " + path + ": " + printable(name) + " is not a float tensor");
+            (name == wanted[0] ? v.tensor : v.tensor_2) = tensor.to(at::kFloat);
+        }
+        v.hash = file.sha256().substr(0, 10);  // A1111's short hash, as embedding_short_hash
+        return v;
     } catch (const Error& e) {
         const std::string m = e.what();
         if (m.rfind("embedding ", 0) == 0) throw;
@@ -69,17 +80,25 @@ at::Tensor as_vectors(const at::Tensor& t, const std::string& path, const std::s
 
 }  // namespace
 
-std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, int width, int max_vectors) {
+std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, int width, int max_vectors,
+                                       int width_2) {
     std::vector<Embedding> out;
     for (const auto& path : files) {
         if (!is_embedding_file_name(path))
             throw Error("embedding " + path + ": not an embedding file (.safetensors, .pt or .bin)");
-        Vectors v = read_vectors(path);
+        Vectors v = read_vectors(path, width_2 > 0);
         Embedding e;
         e.path = path;
         e.trigger = embedding_trigger(path, v.name);
         check_trigger_word(e.trigger, "embedding " + path);
         e.vectors = as_vectors(v.tensor, path, v.name, width, max_vectors);
+        if (width_2 > 0) {
+            e.vectors_2 = as_vectors(v.tensor_2, path, "clip_g", width_2, max_vectors);
+            // Each position of the trigger takes one vector of each encoder.
+            if (e.vectors_2.size(0) != e.vectors.size(0))
+                throw Error("embedding " + path + " has " + std::to_string(e.vectors.size(0)) + " clip_l vectors but " +
+                            std::to_string(e.vectors_2.size(0)) + " clip_g vectors; an SDXL embedding has as many of each");
+        }
         e.hash = v.hash;
         // Matching is exact-case, but two triggers that differ only in case
         // (Emb.pt, emb.pt) would leave the user guessing which one a prompt calls.
@@ -102,9 +121,9 @@ std::vector<AddedWord> added_words(const std::vector<Embedding>& embeddings, int
     return out;
 }
 
-at::Tensor embedding_table(const std::vector<Embedding>& embeddings, int width) {
+at::Tensor embedding_table(const std::vector<Embedding>& embeddings, int width, bool second) {
     std::vector<at::Tensor> parts;
-    for (const auto& e : embeddings) parts.push_back(e.vectors);
+    for (const auto& e : embeddings) parts.push_back(second ? e.vectors_2 : e.vectors);
     return parts.empty() ? at::zeros({0, width}) : at::cat(parts);
 }
 
@@ -121,15 +140,41 @@ void check_text_encoder_features(const torch::jit::Module& text_encoder, const s
                     " existed: re-export the model with this version (scripts/export_model.py)");
 }
 
+namespace {
+
+// The token embeddings of ids [m, L]: the table's rows, and extra's for ids past it.
+at::Tensor token_embeddings(const at::Tensor& table, const at::Tensor& ids, const at::Tensor& extra) {
+    const int64_t vocab = table.size(0);
+    const at::Tensor added = ids >= vocab;
+    at::Tensor x = at::embedding(table, ids.clamp_max(vocab - 1));
+    x.index_put_({added}, extra.to(table.scalar_type()).index_select(0, ids.masked_select(added) - vocab));
+    return x;
+}
+
+}  // namespace
+
 at::Tensor encode_ids(torch::jit::Module& text_encoder, const at::Tensor& ids, int64_t skip, const at::Tensor& extra) {
     if (text_encoder.hasattr("clip_skip")) text_encoder.setattr("clip_skip", skip);
     const at::Tensor table = token_table(text_encoder);
-    const int64_t vocab = table.size(0);
-    const at::Tensor added = ids >= vocab;
-    if (extra.size(0) == 0 || !added.any().item<bool>()) return text_encoder.forward({ids}).toTensor();
-    at::Tensor x = at::embedding(table, ids.clamp_max(vocab - 1));
-    x.index_put_({added}, extra.to(table.scalar_type()).index_select(0, ids.masked_select(added) - vocab));
-    return text_encoder.run_method("forward_embeds", x).toTensor();
+    if (extra.size(0) == 0 || !(ids >= table.size(0)).any().item<bool>()) return text_encoder.forward({ids}).toTensor();
+    return text_encoder.run_method("forward_embeds", token_embeddings(table, ids, extra)).toTensor();
+}
+
+std::pair<at::Tensor, at::Tensor> encode_ids_pooled(torch::jit::Module& text_encoder, const at::Tensor& ids,
+                                                    int64_t skip, const at::Tensor& extra) {
+    text_encoder.setattr("clip_skip", skip);
+    const at::Tensor table = token_table(text_encoder);
+    const bool added = extra.size(0) > 0 && (ids >= table.size(0)).any().item<bool>();
+    c10::intrusive_ptr<c10::ivalue::Tuple> out;
+    if (!added) {
+        out = text_encoder.run_method("forward_pooled", ids).toTuple();
+    } else {
+        if (!text_encoder.find_method("forward_pooled_embeds"))
+            throw Error("the model's second text encoder was exported before SDXL textual-inversion embeddings "
+                        "existed: re-export the model with this version (scripts/export_model.py)");
+        out = text_encoder.run_method("forward_pooled_embeds", token_embeddings(table, ids, extra), ids).toTuple();
+    }
+    return {out->elements()[0].toTensor(), out->elements()[1].toTensor()};
 }
 
 }  // namespace sd

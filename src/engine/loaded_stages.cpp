@@ -113,9 +113,10 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
     if (slot) return *slot;
     const double start = seconds_since_process_start();
     const bool vae = path == config_.vae_decoder_path && !vae_override_.empty();
-    const std::string lora_stage = path == config_.unet_path           ? "unet"
-                                   : path == config_.text_encoder_path ? "text_encoder"
-                                                                       : "";
+    const std::string lora_stage = path == config_.unet_path             ? "unet"
+                                   : path == config_.text_encoder_path   ? "text_encoder"
+                                   : path == config_.text_encoder_2_path ? "text_encoder_2"
+                                                                         : "";
     StageEdit edit = nullptr;
     if (!lora_stage.empty() && !merged_loras_.empty()) {
         std::vector<LoraMerge> merges;
@@ -156,8 +157,10 @@ const LoraFile& LoadedStages::lora_file(const LoraUse& use) const {
     if (auto it = lora_files_.find(use.path); it != lora_files_.end()) return it->second;
     if (!lora_targets_) {
         LoraTargets t;
-        for (auto [path, index] :
-             {std::pair{&config_.unet_path, &t.unet}, std::pair{&config_.text_encoder_path, &t.text_encoder}}) {
+        std::vector<std::pair<const std::string*, std::vector<WeightEntry>*>> stages = {
+            {&config_.unet_path, &t.unet}, {&config_.text_encoder_path, &t.text_encoder}};
+        if (config_.is_sdxl()) stages.emplace_back(&config_.text_encoder_2_path, &t.text_encoder_2);
+        for (auto [path, index] : stages) {
             if (!file_exists(weight_file_for(*path)))
                 throw Error("LoRA needs a model exported with .weights files; re-export " + model_dir_);
             *index = read_weight_index(weight_file_for(*path));
@@ -176,7 +179,9 @@ std::pair<double, double> LoadedStages::lora_bytes(const std::vector<LoraUse>& l
     if (loras.empty()) return {0, 0};
     std::vector<const LoraFile*> files;
     for (const auto& use : loras) files.push_back(&lora_file(use));
-    return {lora_footprint(files, lora_targets_->text_encoder, "text_encoder").total(),
+    // The text encoders run one after the other but stay loaded together: their costs add up.
+    return {lora_footprint(files, lora_targets_->text_encoder, "text_encoder").total() +
+                lora_footprint(files, lora_targets_->text_encoder_2, "text_encoder_2").total(),
             lora_footprint(files, lora_targets_->unet, "unet").total()};
 }
 

@@ -17,8 +17,9 @@ struct LoraMerge {
     double text_weight = 1, unet_weight = 1;
 };
 
-// Replaces every parameter of m that the LoRAs change for `stage` ("unet" or
-// "text_encoder") by a new fp32 tensor holding the merged weight; the old data
+// Replaces every parameter of m that the LoRAs change for `stage` ("unet",
+// "text_encoder" or SDXL's "text_encoder_2"; the text encoders take text_weight)
+// by a new fp32 tensor holding the merged weight; the old data
 // (mapped from the weight file) is let go, so its pages are released. The other
 // parameters are left as they are. Throws sd::Error when a LoRA file cannot be read.
 void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras);

@@ -95,14 +95,13 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options)
     memory_ = memory_model(config_);
     if (vae_->taesd()) set_taesd_stage(memory_, vae_->taesd()->channels(), vae_->taesd()->weight_bytes());
     tokenizer_ = ClipTokenizer::load(config_.vocab_path, config_.merges_path);
-    if (config_.is_sdxl() && !(options.embeddings.empty() && options.embeddings_dir.empty()))
-        throw Error(
-            "textual-inversion embeddings on SDXL models are not supported yet (only SD 1.x and 2.x ones); "
-            "run without --embedding and --embeddings-dir");
-    embeddings_ = load_embeddings(embedding_files(options.embeddings, options.embeddings_dir), config_.context_dim,
-                                  config_.context_length - 2);
-    text_ = config_.is_sdxl() ? make_sdxl_conditioner(*stages_, *tokenizer_, &peaks_.text_rows)
-                              : make_clip_conditioner(*stages_, *tokenizer_, embeddings_, &peaks_.text_rows);
+    // SDXL: A1111's clip_l / clip_g pairs, one vector set per text encoder.
+    const bool sdxl = config_.is_sdxl();
+    embeddings_ = load_embeddings(embedding_files(options.embeddings, options.embeddings_dir),
+                                  sdxl ? config_.sdxl.text_encoder_width : config_.context_dim,
+                                  config_.context_length - 2, sdxl ? config_.sdxl.text_encoder_2_width : 0);
+    text_ = sdxl ? make_sdxl_conditioner(*stages_, *tokenizer_, embeddings_, &peaks_.text_rows)
+                 : make_clip_conditioner(*stages_, *tokenizer_, embeddings_, &peaks_.text_rows);
     configure_runtime(options.threads);
     noise_.record(options.record_noise);
     base_rss_ = static_cast<double>(current_rss_bytes());

@@ -62,14 +62,14 @@ SdxlConditioning encode_sdxl_conditioning(const SdxlEncoders& prompt_encoders, c
                                           const ClipTokenizer& tok, const ModelConfig& c,
                                           const std::vector<std::string>& prompts,
                                           const std::vector<std::string>& negatives, const PromptSyntax& syntax,
-                                          const SizeValues& sizes) {
+                                          const SizeValues& sizes, const std::vector<AddedWord>& added) {
     if (!negatives.empty() && prompts.size() != negatives.size())
         throw Error("every prompt needs its negative prompt (may be empty)");
     const int64_t L = c.context_length;
     auto tokenize = [&](const std::vector<std::string>& texts, int pad) {
         std::vector<PromptChunks> v;
         for (const auto& t : texts)
-            v.push_back(tokenize_prompt(tok, t, syntax, c.context_length, c.bos_id, c.eos_id, pad));
+            v.push_back(tokenize_prompt(tok, t, syntax, c.context_length, c.bos_id, c.eos_id, pad, added));
         return v;
     };
     const int pad2 = c.sdxl.text_encoder_2_pad_id;

@@ -47,10 +47,13 @@ at::Tensor size_embedding(const SizeValues& sizes, int dim);
 // for its hidden states and pooled output (sgm's force_uc_zero_embeddings,
 // diffusers' force_zeros_for_empty_prompt, A1111 alike); its size part is
 // the prompt's. Shorter contexts are padded with their side's encoding of "".
+// `added`: textual-inversion trigger words, whose positions get the same ids
+// past the vocabulary in both tokenizations (each encoder maps them to its own
+// vectors), in prompts and negatives alike.
 SdxlConditioning encode_sdxl_conditioning(const SdxlEncoders& prompt_encoders, const SdxlEncoders& negative_encoders,
                                           const ClipTokenizer& tok, const ModelConfig& config,
                                           const std::vector<std::string>& prompts,
                                           const std::vector<std::string>& negatives, const PromptSyntax& syntax,
-                                          const SizeValues& sizes);
+                                          const SizeValues& sizes, const std::vector<AddedWord>& added = {});
 
 }  // namespace sd

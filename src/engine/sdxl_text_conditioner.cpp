@@ -1,5 +1,8 @@
 // SDXL: CLIP ViT-L and OpenCLIP bigG side by side, bigG's pooled vector and
-// the size embeddings as the UNet's vector input (sdxl_conditioning.h).
+// the size embeddings as the UNet's vector input (sdxl_conditioning.h), and
+// textual-inversion vectors (A1111's clip_l / clip_g pairs) in place of their
+// trigger words' tokens in both encoders.
+#include "engine/embeddings.h"
 #include "engine/sdxl_conditioning.h"
 #include "engine/text_conditioner.h"
 
@@ -9,27 +12,29 @@ namespace {
 
 class SdxlTextConditioner final : public TextConditioner {
 public:
-    SdxlTextConditioner(LoadedStages& stages, const ClipTokenizer& tokenizer, long long* text_rows)
-        : stages_(stages), tokenizer_(tokenizer), text_rows_(text_rows) {}
+    SdxlTextConditioner(LoadedStages& stages, const ClipTokenizer& tokenizer, const std::vector<Embedding>& embeddings,
+                        long long* text_rows)
+        : stages_(stages), tokenizer_(tokenizer), embeddings_(embeddings), text_rows_(text_rows) {}
 
     UnetConditioning encode(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                             const GenerateSettings& s) override {
+        const ModelConfig& config = stages_.config();
         auto& te1 = stages_.text_encoder();
         auto& te2 = stages_.text_encoder_2();
         const auto device = stages_.device();
+        check_text_encoder_features(te1, config.text_encoder_path, false, !embeddings_.empty());
+        const at::Tensor extra1 = embedding_table(embeddings_, config.sdxl.text_encoder_width).to(device);
+        const at::Tensor extra2 = embedding_table(embeddings_, config.sdxl.text_encoder_2_width, true).to(device);
         auto encoders = [&](int64_t skip) {
             SdxlEncoders e;
             e.first = [&, skip](const at::Tensor& ids) {
                 *text_rows_ += ids.size(0);
-                te1.setattr("clip_skip", skip);
-                return LoadedStages::to_host(te1.forward({ids.to(device)}).toTensor());
+                return LoadedStages::to_host(encode_ids(te1, ids.to(device), skip, extra1));
             };
             e.second = [&, skip](const at::Tensor& ids) {
                 *text_rows_ += ids.size(0);
-                te2.setattr("clip_skip", skip);
-                auto out = te2.run_method("forward_pooled", ids.to(device)).toTuple();
-                return std::pair{LoadedStages::to_host(out->elements()[0].toTensor()),
-                                 LoadedStages::to_host(out->elements()[1].toTensor())};
+                auto [hidden, pooled] = encode_ids_pooled(te2, ids.to(device), skip, extra2);
+                return std::pair{LoadedStages::to_host(hidden), LoadedStages::to_host(pooled)};
             };
             return e;
         };
@@ -40,22 +45,26 @@ public:
                                   s.crop_left,
                                   s.target_height ? s.target_height : s.height,
                                   s.target_width ? s.target_width : s.width};
-        auto c = encode_sdxl_conditioning(encoders(s.clip_skip - 1), encoders(0), tokenizer_, stages_.config(), prompts,
-                                          negatives, {s.long_prompts, s.prompt_weights}, sizes);
+        // Both encoders number the added words alike, from the vocabulary's end, in load order
+        // (diffusers' load_textual_inversion on each tokenizer).
+        const auto added = added_words(embeddings_, token_table(te1).size(0));
+        auto c = encode_sdxl_conditioning(encoders(s.clip_skip - 1), encoders(0), tokenizer_, config, prompts,
+                                          negatives, {s.long_prompts, s.prompt_weights}, sizes, added);
         return {c.cond, c.uncond, c.cond_y, c.uncond_y};
     }
 
 private:
     LoadedStages& stages_;
     const ClipTokenizer& tokenizer_;
+    const std::vector<Embedding>& embeddings_;
     long long* text_rows_;
 };
 
 }  // namespace
 
 std::unique_ptr<TextConditioner> make_sdxl_conditioner(LoadedStages& stages, const ClipTokenizer& tokenizer,
-                                                       long long* text_rows) {
-    return std::make_unique<SdxlTextConditioner>(stages, tokenizer, text_rows);
+                                                       const std::vector<Embedding>& embeddings, long long* text_rows) {
+    return std::make_unique<SdxlTextConditioner>(stages, tokenizer, embeddings, text_rows);
 }
 
 }  // namespace sd

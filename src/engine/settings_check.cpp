@@ -62,10 +62,6 @@ void check_settings(const ModelConfig& c, const std::string& model_dir, const Ge
     if (size_flags && !c.is_sdxl())
         throw Error("--original-size, --crop-coords and --target-size are SDXL's size conditioning; this model is " +
                     (c.family == "sd1" ? std::string("SD 1.x") : std::string("SD 2.x")) + ", which has none");
-    if (c.is_sdxl() && !s.loras.empty())
-        throw Error(
-            "LoRA on SDXL models is not supported yet (only SD 1.x and 2.x LoRAs merge); run without --lora "
-            "and <lora:...> tags");
     check_picture_settings(c, model_dir, s);
 }
 

@@ -28,6 +28,6 @@ public:
 std::unique_ptr<TextConditioner> make_clip_conditioner(LoadedStages& stages, const ClipTokenizer& tokenizer,
                                                        const std::vector<Embedding>& embeddings, long long* text_rows);
 std::unique_ptr<TextConditioner> make_sdxl_conditioner(LoadedStages& stages, const ClipTokenizer& tokenizer,
-                                                       long long* text_rows);
+                                                       const std::vector<Embedding>& embeddings, long long* text_rows);
 
 }  // namespace sd

@@ -22,7 +22,15 @@ std::string extension_of(const std::string& path) {
     return ext;
 }
 
-bool is_a1111_key(const std::string& name) { return name == "emb_params" || name == "string_to_param.*"; }
+bool is_a1111_key(const std::string& name) {
+    return name == "emb_params" || name == "string_to_param.*" || name == "clip_l";
+}
+
+// A1111's SDXL embeddings: exactly these two tensors.
+bool is_sdxl_pair(const std::vector<std::string>& names) {
+    return names.size() == 2 && std::find(names.begin(), names.end(), "clip_l") != names.end() &&
+           std::find(names.begin(), names.end(), "clip_g") != names.end();
+}
 
 }  // namespace
 
@@ -61,11 +69,21 @@ std::string embedding_tensor_name(const std::vector<std::string>& names, const s
         if (std::find(names.begin(), names.end(), key) != names.end()) return key;
     if (names.size() == 1) return names[0];
     if (names.empty()) throw Error("embedding " + path + " holds no tensor");
+    if (is_sdxl_pair(names))
+        throw Error("embedding " + path + " is an SDXL embedding (clip_l and clip_g); this model is SD 1.x or 2.x");
     std::string list;
     for (size_t k = 0; k < names.size() && k < 4; ++k) list += (k ? ", " : "") + printable(names[k], 64);
     if (names.size() > 4) list += ", ...";
     throw Error("embedding " + path + " holds " + std::to_string(names.size()) + " tensors (" + list +
                 ") and none is emb_params or string_to_param.*: not a textual-inversion embedding of one text encoder");
+}
+
+std::vector<std::string> sdxl_embedding_tensor_names(const std::vector<std::string>& names, const std::string& path) {
+    if (is_sdxl_pair(names)) return {"clip_l", "clip_g"};
+    if (names.empty()) throw Error("embedding " + path + " holds no tensor");
+    throw Error("embedding " + path + " is not an SDXL embedding (no clip_l and clip_g tensors; " +
+                (names.size() == 1 ? "one tensor " + printable(names[0], 64) + ": an SD 1.x or 2.x embedding?)"
+                                   : std::to_string(names.size()) + " other tensors)"));
 }
 
 std::string embedding_trigger(const std::string& path, const std::string& tensor_name) {

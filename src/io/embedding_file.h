@@ -5,7 +5,8 @@
 //
 // Formats: AUTOMATIC1111 .safetensors (one tensor "emb_params" [n, D]) and .pt
 // (string_to_param["*"]); diffusers learned_embeds.safetensors / .bin (one
-// tensor [D] or [n, D] named by its token).
+// tensor [D] or [n, D] named by its token); for SDXL, A1111's pair "clip_l"
+// [n, D1] and "clip_g" [n, D2] in one file.
 #pragma once
 #include <string>
 #include <vector>
@@ -25,6 +26,11 @@ bool is_embedding_file_name(const std::string& path);
 // "string_to_param.*", else the file's only tensor. Throws sd::Error naming
 // the file when there is none or several to choose from.
 std::string embedding_tensor_name(const std::vector<std::string>& names, const std::string& path);
+
+// SDXL (A1111's format): the file's two tensors, {"clip_l", "clip_g"}, for the
+// first and the second text encoder. Throws sd::Error naming the file when it is
+// not such a pair (an SD 1.x or 2.x embedding of one text encoder).
+std::vector<std::string> sdxl_embedding_tensor_names(const std::vector<std::string>& names, const std::string& path);
 
 // The word that calls the embedding up: the diffusers format's key (its
 // token), else (A1111's formats: "emb_params", "string_to_param.*") the file's

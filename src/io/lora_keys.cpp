@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -146,14 +147,54 @@ TargetTable target_table(const LoraTargets& targets) {
         table.emplace("lora_unet_" + underscored(diffusers), t);
         table.emplace("unet." + diffusers, t);
     }
-    for (const auto& w : targets.text_encoder) {
-        if (!ends_with(w.name, ".weight")) continue;
-        const std::string m = module_of(w.name);
-        const Target t{"text_encoder", &w};
-        table.emplace("lora_te_" + underscored(m), t);
-        table.emplace("text_encoder." + m, t);
+    // SDXL (two text encoders, HF names in both exports): kohya's lora_te1_ / lora_te2_,
+    // diffusers' text_encoder. / text_encoder_2.; SD 1.x and 2.x: lora_te_ / text_encoder.
+    const bool sdxl = !targets.text_encoder_2.empty();
+    for (auto [stage, index, kohya] :
+         {std::tuple{"text_encoder", &targets.text_encoder, sdxl ? "lora_te1_" : "lora_te_"},
+          std::tuple{"text_encoder_2", &targets.text_encoder_2, "lora_te2_"}}) {
+        for (const auto& w : *index) {
+            if (!ends_with(w.name, ".weight")) continue;
+            const std::string m = module_of(w.name);
+            const Target t{stage, &w};
+            table.emplace(kohya + underscored(m), t);
+            table.emplace(std::string(stage) + "." + m, t);
+        }
     }
     return table;
+}
+
+// The transformer layers a text-encoder index holds (text_model.encoder.layers.N.*).
+int built_layers(const std::vector<WeightEntry>& index) {
+    int n = 0;
+    const std::string prefix = "text_model.encoder.layers.";
+    for (const auto& w : index) {
+        if (!starts_with(w.name, prefix)) continue;
+        const auto k = small_number(w.name.substr(prefix.size(), w.name.find('.', prefix.size()) - prefix.size()));
+        if (k) n = std::max(n, *k + 1);
+    }
+    return n;
+}
+
+// SD 2.x's and SDXL's first text encoder are exported without their last layer,
+// whose output no picture uses (their conditioning is the penultimate state): a
+// LoRA module of such a layer changes nothing here. Its layer-0 twin, whose shape
+// it must fit, when `name` is one (kohya "..._layers_N_..." or diffusers
+// "...layers.N...."); nullopt otherwise.
+std::optional<Target> unbuilt_layer(const std::string& name, const TargetTable& table, const LoraTargets& targets) {
+    for (const char* marker : {"text_model_encoder_layers_", "text_model.encoder.layers."}) {
+        const size_t at = name.find(marker);
+        if (at == std::string::npos) continue;
+        const size_t from = at + std::strlen(marker), to = name.find_first_not_of("0123456789", from);
+        if (to == std::string::npos || to == from) return std::nullopt;
+        const auto n = small_number(name.substr(from, to - from));
+        const auto twin = table.find(name.substr(0, from) + "0" + name.substr(to));
+        if (!n || twin == table.end()) return std::nullopt;
+        const auto& index = twin->second.stage == "text_encoder" ? targets.text_encoder : targets.text_encoder_2;
+        if (*n >= built_layers(index)) return twin->second;
+        return std::nullopt;
+    }
+    return std::nullopt;
 }
 
 // What one key of the file is: a module's down, up or alpha.
@@ -189,11 +230,13 @@ std::string without_processor(const std::string& module) {
 }
 
 // Layouts this tool recognises but cannot apply, named in one line.
-void refuse_other_layouts(const std::vector<WeightEntry>& index, const std::string& path) {
+void refuse_other_layouts(const std::vector<WeightEntry>& index, const std::string& path, bool sdxl) {
     for (const auto& w : index) {
         const std::string& k = w.name;
-        if (starts_with(k, "lora_te1_") || starts_with(k, "lora_te2_"))
-            throw lora_error(path, "is a LoRA for SDXL (" + key(k) + "); this tool runs SD 1.x and 2.x");
+        if (!sdxl && (starts_with(k, "lora_te1_") || starts_with(k, "lora_te2_")))
+            throw lora_error(path, "is a LoRA for SDXL (" + key(k) + "); this model is SD 1.x or 2.x");
+        if (sdxl && starts_with(k, "lora_te_"))
+            throw lora_error(path, "is a LoRA for SD 1.x or 2.x (" + key(k) + "); this model is SDXL");
         if (ends_with(k, ".lora_A.weight") || ends_with(k, ".lora_B.weight"))
             throw lora_error(path, "is in the PEFT format (" + key(k) +
                                        "), which is not supported; use a kohya or pre-PEFT diffusers file");
@@ -253,7 +296,7 @@ using AlphaReader = std::function<double(const WeightEntry&)>;
 LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alpha_of, const std::string& path,
                   const LoraTargets& targets) {
     if (index.empty()) throw lora_error(path, "holds no tensors");
-    refuse_other_layouts(index, path);
+    refuse_other_layouts(index, path, !targets.text_encoder_2.empty());
     std::map<std::string, Parts> modules;  // sorted: a stable module order
     std::vector<std::string> unknown;
     for (const auto& w : index) {
@@ -275,8 +318,10 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
     file.path = path;
     bool kohya = false, diffusers = false;
     for (const auto& [name, p] : modules) {
-        const auto it = table.find(name);
-        if (it == table.end() || !p.down || !p.up) {
+        auto it = table.find(name);
+        std::optional<Target> unbuilt;
+        if (it == table.end() && p.down && p.up) unbuilt = unbuilt_layer(name, table, targets);
+        if ((it == table.end() && !unbuilt) || !p.down || !p.up) {
             unknown.push_back(name + (p.down && p.up     ? ""
                                       : !p.down && !p.up ? " (alpha alone)"
                                       : !p.down          ? " (no down)"
@@ -284,10 +329,11 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
             continue;
         }
         (starts_with(name, "lora_") ? kohya : diffusers) = true;
+        const Target& target = unbuilt ? *unbuilt : it->second;
         LoraModule m;
         m.key = name;
-        m.stage = it->second.stage;
-        m.param = it->second.weight->name;
+        m.stage = target.stage;
+        m.param = target.weight->name;
         m.down = *p.down;
         m.up = *p.up;
         m.rank = m.down.shape.empty() ? 0 : m.down.shape[0];
@@ -295,8 +341,8 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
         m.alpha = p.alpha ? alpha_of(*p.alpha) : static_cast<double>(m.rank);
         if (!std::isfinite(m.alpha)) throw lora_error(path, "has an alpha that is not a finite number: " + key(name));
         if (m.up.shape.size() < 2) throw lora_error(path, "has an up weight that is not a matrix: " + key(name));
-        check_fit(m, it->second.weight->shape, path);
-        file.modules.push_back(std::move(m));
+        check_fit(m, target.weight->shape, path);
+        if (!unbuilt) file.modules.push_back(std::move(m));  // a layer not built: checked, nothing to change
     }
     if (!unknown.empty())
         throw lora_error(path, "has " + std::to_string(unknown.size()) + " key" + (unknown.size() > 1 ? "s" : "") +

@@ -1,7 +1,8 @@
 // A LoRA file's modules and the model parameters they change, from its
 // .safetensors header alone (no LibTorch): kohya / A1111 files (lora_unet_* /
-// lora_te_* with lora_down, lora_up and alpha, LoCon included) and diffusers'
-// pre-PEFT files (unet.*.lora.{down,up}.weight, text_encoder.*.lora_linear_layer.*).
+// lora_te_* with lora_down, lora_up and alpha, LoCon included; SDXL's lora_te1_* /
+// lora_te2_*) and diffusers' pre-PEFT files (unet.*.lora.{down,up}.weight,
+// text_encoder.*.lora_linear_layer.*, SDXL's text_encoder_2.*).
 // Names are matched against the model's own weight files, so a LoRA for another
 // model (other widths, a linear proj_in on a 1x1-conv UNet, an open_clip text
 // encoder) is refused here, before any stage loads. docs/model-format.md.
@@ -20,7 +21,7 @@ class TensorReader;
 // One low-rank update: W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape).
 struct LoraModule {
     std::string key;       // the module's name in the file, e.g. "lora_unet_down_blocks_0_..._to_q"
-    std::string stage;     // "unet" or "text_encoder"
+    std::string stage;     // "unet", "text_encoder" or (SDXL) "text_encoder_2"
     std::string param;     // the parameter in that stage's weight file, e.g. "input_blocks.1.1....to_q.weight"
     WeightEntry down, up;  // byte ranges in the LoRA file
     int64_t rank = 0;      // down's first size
@@ -38,9 +39,10 @@ struct LoraFile {
 };
 
 // The parameters a LoRA may change: the headers of the model's unet.weights and
-// text_encoder.weights.
+// text_encoder.weights, and for SDXL text_encoder_2.weights (non-empty only there:
+// it is what makes the names SDXL's, lora_te1_ / lora_te2_ instead of lora_te_).
 struct LoraTargets {
-    std::vector<WeightEntry> unet, text_encoder;
+    std::vector<WeightEntry> unet, text_encoder, text_encoder_2;
 };
 
 // Opens a LoRA file once, reads its header, alpha scalars and hash, and maps
@@ -63,8 +65,9 @@ LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const st
                              const std::string& stage);
 
 // The diffusers module path of one CompVis UNet module ("input_blocks.1.0.in_layers.2"
-// -> "down_blocks.0.resnets.0.conv1"), for UNets with two ResBlocks a level (SD 1.x,
-// 2.x); "" when it has none.
+// -> "down_blocks.0.resnets.0.conv1"), for UNets with two ResBlocks a down level and
+// three an up level (SD 1.x, 2.x and SDXL, whose levels are fewer but built alike,
+// diffusers' _maybe_map_sgm_blocks_to_diffusers); "" when it has none.
 std::string diffusers_unet_module(const std::string& compvis);
 
 // The first 12 hex digits of SHA-256 over the tensor data of a .safetensors

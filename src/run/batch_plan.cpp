@@ -102,7 +102,10 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
         throw Error(item.where +
                     ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
     set_negative_prompt(item.settings, item.negative_prompt, item.where);
-    item.settings.loras = prompt_loras(item.prompt, item.line == 0 ? "--prompt" : item.where, job.lora_dir, job.loras);
+    // Only the A1111 syntax reads <lora:...> tags; in plain text they are words like any other.
+    item.settings.loras = item.settings.prompt_weights
+                              ? prompt_loras(item.prompt, item.line == 0 ? "--prompt" : item.where, job.lora_dir, job.loras)
+                              : job.loras;
     if (item.settings.prompt_weights) {
         const bool flag = item.line == 0;
         check_prompt_weights(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
@@ -276,16 +279,30 @@ std::string noise_text(const NoiseSettings& n, SamplerFamily family) {
     return text;
 }
 
+// SDXL's size conditioning, where the flags made it other than the image's own
+// (A1111's style: "Size"'s WxH, width first, a value with a comma quoted; A1111
+// itself writes none of these).
+std::string sdxl_size_text(const GenerateSettings& g) {
+    std::string text;
+    auto wxh = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
+    if (g.original_width || g.original_height) text += ", Original size: " + wxh(g.original_width, g.original_height);
+    if (g.crop_top || g.crop_left)
+        text += ", Crop coords: " + quoted(std::to_string(g.crop_top) + "," + std::to_string(g.crop_left));
+    if (g.target_width || g.target_height) text += ", Target size: " + wxh(g.target_width, g.target_height);
+    return text;
+}
+
 }  // namespace
 
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings, const std::string& model_hash) {
     // AUTOMATIC1111's sampler names, so that its "PNG info" reads them.
     const SamplerInfo& sampler = sampler_info(item.settings.sampler);
-    // --lora's files are written as tags, as A1111 would have them, so that --from-png reruns them.
+    // --lora's files are written as tags, as A1111 would have them, so that --from-png reruns them;
+    // not in plain syntax, which reads tags as words (there --from-png needs --lora again).
     std::string text = item.prompt;
     for (const auto& l : item.settings.loras)
-        if (!l.from_tag) text += " " + lora_tag_text(l.name, l.text_weight, l.unet_weight);
+        if (!l.from_tag && item.settings.prompt_weights) text += " " + lora_tag_text(l.name, l.text_weight, l.unet_weight);
     text += "\n";
     if (!item.negative_prompt.empty()) text += "Negative prompt: " + item.negative_prompt + "\n";
     text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler.a1111_name;
@@ -300,6 +317,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     if (!item.settings.prompt_weights) text += ", Prompt syntax: plain";
     // A1111 records clip skip when it is not 1, and the embeddings the prompts used.
     if (item.settings.clip_skip != 1) text += ", Clip skip: " + std::to_string(item.settings.clip_skip);
+    text += sdxl_size_text(item.settings);
     if (const std::string ti = ti_hashes(item, embeddings); !ti.empty()) text += ", TI hashes: " + quoted(ti);
     if (!item.settings.loras.empty()) text += ", Lora hashes: " + lora_hashes_text(item.settings.loras);
     text += init_image_text(item.settings.init);

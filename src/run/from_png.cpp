@@ -390,6 +390,17 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
             r.batch_number = static_cast<int>(whole(key, value, {0, 1000000}, where));
         else if (key == "Clip skip")
             r.clip_skip = static_cast<int>(whole(key, value, {1, 1000}, where));
+        else if (key == "Original size" || key == "Target size" || key == "Crop coords") {
+            const bool crop = key == "Crop coords";
+            const size_t sep = value.find(crop ? ',' : 'x');
+            if (sep == std::string::npos)
+                throw Error(where + ": \"" + key + "\" must be " + (crop ? "TOP,LEFT" : "WIDTHxHEIGHT") + ", got \"" +
+                            text_excerpt(value) + "\"");
+            const WholeRange range = crop ? WholeRange{0, kSideRange.hi} : kSideRange;
+            const std::pair<int, int> v = {static_cast<int>(whole(key, value.substr(0, sep), range, where)),
+                                           static_cast<int>(whole(key, value.substr(sep + 1), range, where))};
+            (crop ? r.crop_coords : key == "Target size" ? r.target_size : r.original_size) = v;
+        }
         else if (key == "TI hashes")
             r.embeddings = hash_list(value);
         else if (key == "Lora hashes")

@@ -388,7 +388,10 @@ void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, co
             return;
         }
         std::vector<std::string> prompts;
-        for (const auto& img : batch.images) prompts.push_back(strip_lora_tags(plan.items[img.item].prompt));
+        for (const auto& img : batch.images) {
+            const PromptItem& item = plan.items[img.item];
+            prompts.push_back(item.settings.prompt_weights ? strip_lora_tags(item.prompt) : item.prompt);
+        }
         if (per_image) pipeline.seed(batch.images[0].seed);
         clock.start_batch(batch);
         const ProgressFn progress = [&](int step, int steps) {

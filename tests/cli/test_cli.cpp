@@ -16,6 +16,7 @@
 #include "sd/error.h"
 #include "io/image_io.h"
 #include "io/npy.h"
+#include "io/png_text.h"
 #include "test_util.h"
 #include "io/weight_file.h"
 
@@ -81,6 +82,74 @@ TEST(Tokenize, PlainSyntaxCutsLongPromptsToTheReferenceIds) {
     auto bad = run({sdtest::cli(), "--prompt-syntax", "compvis", "--tokenize", "--prompt", "a"});
     EXPECT_EQ(bad.exit_code, 1);
     EXPECT_EQ(bad.err, "sd-txt2img: error: --prompt-syntax must be a1111 or plain, got \"compvis\"\n");
+}
+
+// Plain syntax hands the whole text to the tokenizer, <lora:...> tags included (as
+// CompVis and diffusers do); only the A1111 syntax reads them as LoRA tags. The
+// tokenizer's ids of the whole text come from the same text with spaces between its
+// pieces (CLIP's word split cuts "<lora:detail:0.8>" at each symbol and digit anyway),
+// which no tag parser touches; "<" and ">" are 283 and 285 (the fixtures' "<html>" case).
+TEST(Tokenize, PlainSyntaxLeavesLoraTagsAsText) {
+    const std::string prompt = "<lora:detail:0.8> a portrait";
+    auto plain = run({sdtest::cli(), "--tokenize", "--prompt-syntax", "plain", "--prompt", prompt});
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    auto spaced = run({sdtest::cli(), "--tokenize", "--prompt", "< lora : detail : 0 . 8 > a portrait"});
+    ASSERT_EQ(spaced.exit_code, 0) << spaced.err;
+    auto a1111 = run({sdtest::cli(), "--tokenize", "--prompt", prompt});
+    auto bare = run({sdtest::cli(), "--tokenize", "--prompt", "a portrait"});
+    ASSERT_EQ(a1111.exit_code, 0) << a1111.err;
+    const json got = json::parse(plain.out);
+    EXPECT_EQ(got, json::parse(spaced.out));
+    EXPECT_EQ(got[1], 283);  // "<"
+    EXPECT_EQ(std::count(got.begin(), got.end(), json(285)), 1);  // ">"
+    EXPECT_NE(got, json::parse(bare.out));
+    // The A1111 syntax still takes the tag out of the text.
+    EXPECT_EQ(json::parse(a1111.out), json::parse(bare.out));
+}
+
+// A run reads it the same way: with plain syntax a tag names no LoRA (no --lora-dir
+// is asked for), and the PNG text keeps the prompt as given; a1111 wants the folder.
+TEST(PlainSyntax, RunLeavesLoraTagsAsText) {
+    const std::string dir = sdtest::temp_dir();
+    const std::vector<std::string> base = {sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--outdir",
+                                           dir, "--quiet", "--H", "64", "--W", "64", "--steps", "1", "--prompt",
+                                           "<lora:detail:0.8> a portrait"};
+    auto plain = base;
+    plain.insert(plain.end(), {"--prompt-syntax", "plain"});
+    auto r = run(plain);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string png = sdtest::read_text(sdtest::lines(r.out).at(0));
+    const std::string text = sd::png_read_text(std::vector<uint8_t>(png.begin(), png.end()))["parameters"];
+    EXPECT_EQ(text.rfind("<lora:detail:0.8> a portrait\nSteps: 1,", 0), 0u) << text;
+    EXPECT_EQ(text.find("Lora hashes"), std::string::npos) << text;
+    auto a1111 = run(base);
+    EXPECT_EQ(a1111.exit_code, 1);
+    EXPECT_NE(a1111.err.find("needs --lora-dir"), std::string::npos) << a1111.err;
+
+    // With --lora the PNG text keeps the prompt as given (a tag added there would be read as
+    // words); --from-png then needs --lora again, and says so when it is left out.
+    const std::string lora = sdtest::fixtures() + "/lora/lora_a.safetensors:0.6";
+    auto with_lora = plain;
+    with_lora.insert(with_lora.end(), {"--lora", lora, "--outdir", dir + "/lora"});
+    auto made = run(with_lora);
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    const std::string first = sdtest::lines(made.out).at(0), bytes = sdtest::read_text(first);
+    const std::string recorded = sd::png_read_text(std::vector<uint8_t>(bytes.begin(), bytes.end()))["parameters"];
+    EXPECT_EQ(recorded.rfind("<lora:detail:0.8> a portrait\nSteps: 1,", 0), 0u) << recorded;
+    EXPECT_NE(recorded.find("Lora hashes: \"lora_a: "), std::string::npos) << recorded;
+    const std::vector<std::string> remake = {sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--quiet",
+                                             "--from-png", first};
+    auto missing = remake;
+    missing.insert(missing.end(), {"--outdir", dir + "/missing"});
+    auto refused = run(missing);
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_EQ(sdtest::lines(refused.err).size(), 1u) << refused.err;
+    EXPECT_NE(refused.err.find("give it with --lora"), std::string::npos) << refused.err;
+    auto again = remake;
+    again.insert(again.end(), {"--outdir", dir + "/again", "--lora", lora});
+    auto remade = run(again);
+    ASSERT_EQ(remade.exit_code, 0) << remade.err;
+    EXPECT_EQ(sdtest::read_text(sdtest::lines(remade.out).at(0)), bytes);
 }
 
 TEST(Tokenize, PromptOptionPrintsOneLineOf77Ids) {

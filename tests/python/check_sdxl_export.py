@@ -153,8 +153,11 @@ class SdxlExport(Exports):
         shutil.rmtree(os.path.join(folder, "text_encoder"))
         self.assert_refused([folder], "SDXL refiner")
 
-    def test_lora_on_sdxl_is_refused(self):
-        self.assert_refused([os.path.join(self.fx, "diffusers"), "--lora", os.path.join(self.fx, "README.md")], "SDXL")
+    def test_sd1_lora_on_sdxl_is_refused(self):
+        # SDXL LoRAs are baked in (tests/CMakeLists.txt export_sdxl_lora); an SD 1.x one is named as such.
+        sd1 = os.path.join(os.path.dirname(self.fx), "lora", "lora_a.safetensors")
+        self.assert_refused([os.path.join(self.fx, "diffusers"), "--lora", sd1], "lora_a.safetensors",
+                            "is a LoRA for SD 1.x or 2.x", "this model is SDXL")
 
 
 if __name__ == "__main__":

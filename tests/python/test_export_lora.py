@@ -88,6 +88,9 @@ class ExportLoraTest(unittest.TestCase):
             h["lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight"] = h.pop(k + ".lora_up.weight")
         self.bad(self.rewritten("sd2.safetensors", linear_proj_in), ["sd2.safetensors", "does not fit this model"])
         self.bad(os.path.join(self.tmp.name, "none.safetensors"), ["none.safetensors", "does not exist"])
+        # An SDXL LoRA on this SD 1.x model (its SDXL export: tests/CMakeLists.txt export_sdxl_lora).
+        self.bad(os.path.join(FIX, "sdxl-lora", "xl_lora_b.safetensors"),
+                 ["xl_lora_b.safetensors", "is a LoRA for SDXL", "this model is SD 1.x or 2.x"])
         with open(os.path.join(FIX, "lora", "lora_a.safetensors"), "rb") as f:
             cut = f.read()[:5000]
         path = os.path.join(self.tmp.name, "cut.safetensors")

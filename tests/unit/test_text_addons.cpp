@@ -85,11 +85,29 @@ TEST(EmbeddingFiles, TensorAndTriggerChoice) {
     EXPECT_EQ(sd::embedding_tensor_name({"<cat-toy>"}, "x"), "<cat-toy>");
     EXPECT_THROW(sd::embedding_tensor_name({}, "x"), sd::Error);
     try {
-        sd::embedding_tensor_name({"clip_g", "clip_l"}, "/e/sdxl.safetensors");
-        FAIL() << "two tensors accepted";
+        sd::embedding_tensor_name({"clip_g", "clip_l", "extra"}, "/e/three.safetensors");
+        FAIL() << "three tensors accepted";
     } catch (const sd::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("/e/sdxl.safetensors holds 2 tensors (clip_g, clip_l)"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("/e/three.safetensors holds 3 tensors (clip_g, clip_l, extra)"),
+                  std::string::npos);
     }
+    // A1111's SDXL pair: named as such on SD 1.x and 2.x, taken on SDXL; one tensor is not one there.
+    try {
+        sd::embedding_tensor_name({"clip_g", "clip_l"}, "/e/sdxl.safetensors");
+        FAIL() << "an SDXL pair accepted";
+    } catch (const sd::Error& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "embedding /e/sdxl.safetensors is an SDXL embedding (clip_l and clip_g); this model is SD 1.x or 2.x");
+    }
+    EXPECT_EQ(sd::sdxl_embedding_tensor_names({"clip_g", "clip_l"}, "x"), (std::vector<std::string>{"clip_l", "clip_g"}));
+    try {
+        sd::sdxl_embedding_tensor_names({"emb_params"}, "/e/sd15.pt");
+        FAIL() << "one tensor accepted on SDXL";
+    } catch (const sd::Error& e) {
+        EXPECT_EQ(std::string(e.what()), "embedding /e/sd15.pt is not an SDXL embedding (no clip_l and clip_g tensors; "
+                                         "one tensor emb_params: an SD 1.x or 2.x embedding?)");
+    }
+    EXPECT_EQ(sd::embedding_trigger("/a/xlone.safetensors", "clip_l"), "xlone");
     EXPECT_EQ(sd::embedding_trigger("/a/EasyNegative.safetensors", "emb_params"), "EasyNegative");
     EXPECT_EQ(sd::embedding_trigger("/a/embone.pt", "string_to_param.*"), "embone");
     EXPECT_EQ(sd::embedding_trigger("/a/learned_embeds.safetensors", "<tiny-cat>"), "<tiny-cat>");

@@ -142,9 +142,10 @@ class CLIPTextTransformer(nn.Module):
             x = self.final_layer_norm(x)
         return x
 
-    def forward_with_hidden(self, ids: torch.Tensor, hidden_after: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def from_token_embeddings_with_hidden(self, tokens: torch.Tensor,
+                                          hidden_after: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """(the state after `hidden_after` layers, the final LayerNorm of the state after all)."""
-        x, mask = self.prepare(self.embeddings.token_embedding(ids))
+        x, mask = self.prepare(tokens)
         hidden, last = self.encoder.forward_with_hidden(x, mask, hidden_after)
         return hidden, self.final_layer_norm(last)
 
@@ -199,7 +200,15 @@ class TextEncoderWithProjection(nn.Module):
 
     @torch.jit.export
     def forward_pooled(self, ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        hidden, last = self.text_model.forward_with_hidden(ids, self.text_model.encoder.num_layers - 1 - self.clip_skip)
+        return self.forward_pooled_embeds(self.text_model.embeddings.token_embedding(ids), ids)
+
+    @torch.jit.export
+    def forward_pooled_embeds(self, tokens: torch.Tensor, ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """forward_pooled from token embeddings (textual inversion: some rows are an
+        embedding's vectors, their ids past the vocabulary); pooled at argmax(ids) as
+        diffusers does, which is an added token's position when one is in the text."""
+        hidden, last = self.text_model.from_token_embeddings_with_hidden(
+            tokens, self.text_model.encoder.num_layers - 1 - self.clip_skip)
         rows = torch.arange(last.shape[0], device=last.device)
         pooled = last[rows, ids.argmax(dim=-1)]
         return hidden, self.text_projection(pooled)
