@@ -43,6 +43,12 @@ struct RecordedImage {
     std::optional<int> mask_blur;
     bool invert_mask = false;
     std::optional<std::string> outpaint, resize_mode, masked_content;
+    // The hires fix (its strength is "Denoising strength"): "Hires upscale",
+    // "Hires resize" (WxH), "Hires steps", "Hires upscaler" (our name).
+    std::optional<double> hires_scale;
+    std::optional<int> hires_width, hires_height, hires_steps;
+    std::optional<std::string> hires_upscaler;
+    bool hires() const { return hires_scale || hires_width; }
 };
 
 // Text from a file as a message shows it: at most 60 bytes, control characters

@@ -3,6 +3,7 @@
 #include "image/init_pixels.h"
 #include "image/mask.h"
 #include "io/image_reader.h"
+#include "sd/error.h"
 
 namespace sd {
 
@@ -59,10 +60,16 @@ std::vector<Image> paste_picture_back(const PictureStart& p, std::vector<Image> 
 StartLatents draw_start(const PictureStart& p, int64_t images, int64_t channels, int64_t h, int64_t w,
                         double scale_factor, at::Generator& gen) {
     StartLatents out;
-    if (p.image_moments.defined()) {
-        const at::Tensor moments = p.compvis ? p.image_moments.repeat({images, 1, 1, 1}) : p.image_moments;
+    if (p.latents.defined()) {
+        if (p.latents.size(0) != images && p.latents.size(0) != 1)
+            throw Error("start latents for " + std::to_string(p.latents.size(0)) + " images given to a batch of " +
+                        std::to_string(images));
+        out.init_latents = p.latents.size(0) == images ? p.latents : p.latents.repeat({images, 1, 1, 1});
+    } else if (p.image_moments.defined()) {
+        const bool one = p.image_moments.size(0) == 1;
+        const at::Tensor moments = p.compvis && one ? p.image_moments.repeat({images, 1, 1, 1}) : p.image_moments;
         out.init_latents = sample_posterior(moments, scale_factor, gen);
-        if (!p.compvis) out.init_latents = out.init_latents.repeat({images, 1, 1, 1});
+        if (out.init_latents.size(0) != images) out.init_latents = out.init_latents.repeat({images, 1, 1, 1});
     }
     out.noise = at::randn({images, channels, h, w}, gen);
     if (p.mask_latent.defined()) {

@@ -13,7 +13,10 @@
 namespace sd {
 
 struct PictureStart {
-    at::Tensor image_moments;   // [1, 2C, h, w]; undefined: the start is noise alone (inpainting at strength 1)
+    // [1, 2C, h, w], or [n, 2C, h, w] one per image (the hires fix's lanczos
+    // upscale); undefined: the start is noise alone (inpainting at strength 1)
+    at::Tensor image_moments;
+    at::Tensor latents;         // [n, C, h, w] start latents as they are (the hires fix's latent upscale): no draw
     at::Tensor masked_moments;  // [1, 2C, h, w]: the masked picture's (a 9-channel UNet's input)
     at::Tensor mask_latent;     // [1, 1, h, w], 1 = repaint; undefined without a mask
     bool compvis = false;       // CompVis img2img.py: n copies of the picture, n posterior draws
@@ -35,7 +38,8 @@ PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config
                             const MemoryPlan& plan);
 
 // What the sampler starts from, drawn from gen in the references' order: the
-// picture's posterior (CompVis: [n, ...], diffusers: [1, ...] repeated), the
+// picture's posterior (CompVis: [n, ...], diffusers: [1, ...] repeated; one
+// draw of [n, ...] where there are n moment sets), or given latents, the
 // start noise [n, C, h, w], then the masked picture's posterior (diffusers
 // draws it even for a 4-channel UNet, which does not use it).
 struct StartLatents {

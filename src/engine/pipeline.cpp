@@ -12,6 +12,7 @@
 #include "engine/block_cache.h"
 #include "engine/embeddings.h"
 #include "engine/guidance.h"
+#include "engine/hires_pass.h"
 #include "engine/loaded_stages.h"
 #include "engine/picture_start.h"
 #include "engine/runtime.h"
@@ -45,7 +46,10 @@ public:
     MemoryPlan plan(const GenerateSettings& s, int images) const override;
     const StagePeaks& measured() const override;
     const StageTimes& timings() const override { return times_; }
-    void seed(uint64_t seed) override { gen_ = at::make_generator<at::CPUGeneratorImpl>(seed); }
+    void seed(uint64_t seed) override {
+        gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+        hires_gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+    }
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
     std::vector<EmbeddingInfo> embeddings() const override;
@@ -57,7 +61,11 @@ private:
                                  const MemoryPlan& plan);
     std::optional<PictureStart> encode_picture(const GenerateSettings& s, const MemoryPlan& plan);
     at::Tensor denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
-                       const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress);
+                       const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress,
+                       at::Generator& gen);
+    at::Tensor hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
+                          const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& plan,
+                          const ProgressFn& progress);
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan);
 
     PipelineOptions options_;
@@ -73,6 +81,9 @@ private:
     MemoryModel memory_;
     double base_rss_ = 0;
     at::Generator gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
+    // The hires fix's second passes draw from their own generator, seeded with
+    // gen_: they start as a separate img2img run with the same seed would.
+    at::Generator hires_gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
 };
 
 TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options) {
@@ -175,6 +186,13 @@ UnetConditioning TorchPipeline::encode_text(const std::vector<std::string>& prom
 
 // A picture to start from (--init-img), through the VAE encoder.
 std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings& s, const MemoryPlan& plan) {
+    if (s.init.from_latents()) {
+        PictureStart p;
+        p.compvis = s.sampler == "ddim" && s.schedule == "default";
+        const auto& shape = s.init.latent_shape;
+        p.latents = at::from_blob(const_cast<float*>(s.init.latents.data()), shape, at::kFloat).clone();
+        return p;
+    }
     if (!s.init.active()) return std::nullopt;
     const StageMeter meter(options_.measure_stages);
     const double load_before = times_.encode_load;
@@ -189,15 +207,16 @@ std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings
 
 // Sampling from the seed's start noise, the UNet run in passes of at most plan.unet_rows rows.
 at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
-                                  const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress) {
+                                  const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress,
+                                  at::Generator& gen) {
     const StageMeter meter(options_.measure_stages);
     const int64_t h = s.height / config_.downsample_factor, w = s.width / config_.downsample_factor;
     const bool first_batch = times_.start_to_first_step == 0;
     StartLatents start;
     if (picture)
-        start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen_);
+        start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen);
     else
-        start.noise = at::randn({images, config_.latent_channels, h, w}, gen_);
+        start.noise = at::randn({images, config_.latent_channels, h, w}, gen);
     auto& unet = stages_->unet();
     set_attention(unet, {plan.attention_mode, plan.attention_chunk});
     set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
@@ -227,10 +246,10 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     std::optional<InpaintBlend> blend;
     if (start.mask.defined()) blend = InpaintBlend{start.mask};
     if (first_batch) times_.start_to_first_step = seconds_since_process_start();
-    at::Tensor latents = sample(ks, std::ref(guidance), start.noise, config_.alphas_cumprod, gen_, on_step,
+    at::Tensor latents = sample(ks, std::ref(guidance), start.noise, config_.alphas_cumprod, gen, on_step,
                                 start.init_latents, blend ? &*blend : nullptr)
                              .contiguous();
-    peaks_.unet_evaluations = guidance.evaluations();
+    peaks_.unet_evaluations += guidance.evaluations();
     peaks_.unet_rows = guidance.rows();
     // NaN turns into black pixels silently; stop instead, before anything is written.
     if (!at::isfinite(latents).all().item<bool>())
@@ -241,6 +260,28 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     if (plan.sequential) stages_->release_unet();
     meter.end(peaks_.unet, peaks_.unet_kept);
     return latents;
+}
+
+// The hires fix's second pass: the first pass's latents (lanczos: its decoded
+// images) upscaled, then img2img at the hires size from hires_gen_.
+at::Tensor TorchPipeline::hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
+                                     const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& plan,
+                                     const ProgressFn& progress) {
+    const GenerateSettings second = hires_pass_settings(s, config_.size_multiple);
+    const MemoryPlan second_plan = this->plan(second, static_cast<int>(prompts.size()));
+    std::vector<Image> images;
+    if (s.hires.upscaler == "lanczos") images = to_images(decode(latents, plan));
+    std::optional<PictureStart> start;
+    {
+        const StageMeter meter(options_.measure_stages);
+        start = hires_start(second, s.hires.upscaler, config_, latents, images, *vae_, second_plan);
+        stages_->release_vae_encoder();
+        if (!images.empty()) meter.end(peaks_.encode, peaks_.encode_kept);
+    }
+    // SDXL's size conditioning is the image's size: the second pass's text is encoded at it.
+    const UnetConditioning second_text = config_.is_sdxl() ? encode_text(prompts, second, second_plan) : text;
+    return denoise(second_text, &*start, static_cast<int64_t>(prompts.size()), second, second_plan, progress,
+                   hires_gen_);
 }
 
 at::Tensor TorchPipeline::decode(const at::Tensor& latents, const MemoryPlan& plan) {
@@ -271,9 +312,13 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     try {
         const UnetConditioning text = encode_text(prompts, s, plan);
         const std::optional<PictureStart> picture = encode_picture(s, plan);
-        const at::Tensor latents =
-            denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s, plan, progress);
-        const at::Tensor decoded = decode(latents, plan);
+        at::Tensor latents = denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s,
+                                     plan, progress, gen_);
+        if (s.hires.active()) latents = hires_pass(prompts, text, latents, s, plan, progress);
+        const at::Tensor decoded =
+            decode(latents, s.hires.active() ? this->plan(hires_pass_settings(s, config_.size_multiple),
+                                                          static_cast<int>(prompts.size()))
+                                             : plan);
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();
         out.latents.assign(latents.data_ptr<float>(), latents.data_ptr<float>() + latents.numel());

@@ -43,6 +43,12 @@ RunPlan plan_run(const Txt2ImgJob& job);
 // The A1111-style "parameters" text: prompt, "Negative prompt: ..." when there
 // is one, then "Steps: 50, Sampler: PLMS, CFG scale: 7.5, Seed: 42, Size: 512x512, Model: ...",
 // everything that decides the image (sd/from_png.h reads it back), and "Version".
+// The hires fix's upscalers by A1111's names (PNG text "Hires upscaler"):
+// latent "Latent", latent-nearest "Latent (nearest)", lanczos "Lanczos";
+// the reverse gives "" for a name this tool does not have.
+std::string hires_upscaler_a1111_name(const std::string& upscaler);
+std::string hires_upscaler_from_a1111(const std::string& a1111_name);
+
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings = {});
 
