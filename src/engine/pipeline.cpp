@@ -64,8 +64,8 @@ private:
                        const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress,
                        at::Generator& gen);
     at::Tensor hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
-                          const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& plan,
-                          const ProgressFn& progress);
+                          const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& first_plan,
+                          const MemoryPlan& plan, const ProgressFn& progress);
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan);
 
     PipelineOptions options_;
@@ -137,6 +137,7 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     r.width = s.width;
     r.images = images;
     r.guidance = s.scale != 1.0;
+    r.encode = s.init.active();
     const bool cpu = stages_->device().is_cpu();
     r.budget = options_.max_memory > 0 ? options_.max_memory : cpu ? available_memory() : kDefaultGpuBudget;
     r.sequential = options_.sequential;
@@ -157,7 +158,10 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
 MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
     // On a GPU the budget is the device's memory, which the host RSS does not touch.
     const bool cpu = stages_->device().is_cpu();
-    MemoryPlan p = plan_memory(memory_, request(s, images), cpu ? base_rss_ : 0);
+    // A hires batch's largest canvas is its second pass's, with the encoder for lanczos.
+    MemoryRequest r = request(s.hires.active() ? hires_pass_settings(s, config_.size_multiple) : s, images);
+    if (s.hires.active()) r.encode = s.hires.upscaler == "lanczos";
+    MemoryPlan p = plan_memory(memory_, r, cpu ? base_rss_ : 0);
     p.compute = compute_.describe();
     if (!cpu) {  // GPU headroom is no host memory
         p.block_cache = 0;
@@ -265,23 +269,27 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
 // The hires fix's second pass: the first pass's latents (lanczos: its decoded
 // images) upscaled, then img2img at the hires size from hires_gen_.
 at::Tensor TorchPipeline::hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
-                                     const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& plan,
+                                     const at::Tensor& latents, const GenerateSettings& s,
+                                     const MemoryPlan& first_plan, const MemoryPlan& plan,
                                      const ProgressFn& progress) {
     const GenerateSettings second = hires_pass_settings(s, config_.size_multiple);
-    const MemoryPlan second_plan = this->plan(second, static_cast<int>(prompts.size()));
     std::vector<Image> images;
-    if (s.hires.upscaler == "lanczos") images = to_images(decode(latents, plan));
+    if (s.hires.upscaler == "lanczos") images = to_images(decode(latents, first_plan));
     std::optional<PictureStart> start;
     {
         const StageMeter meter(options_.measure_stages);
-        start = hires_start(second, s.hires.upscaler, config_, latents, images, *vae_, second_plan);
+        const double load_before = times_.encode_load;
+        const auto begin = std::chrono::steady_clock::now();
+        start = hires_start(second, s.hires.upscaler, config_, latents, images, *vae_, plan);
         stages_->release_vae_encoder();
-        if (!images.empty()) meter.end(peaks_.encode, peaks_.encode_kept);
+        if (!images.empty()) {
+            times_.last_encode = seconds_since(begin) - (times_.encode_load - load_before);
+            meter.end(peaks_.encode, peaks_.encode_kept);
+        }
     }
     // SDXL's size conditioning is the image's size: the second pass's text is encoded at it.
-    const UnetConditioning second_text = config_.is_sdxl() ? encode_text(prompts, second, second_plan) : text;
-    return denoise(second_text, &*start, static_cast<int64_t>(prompts.size()), second, second_plan, progress,
-                   hires_gen_);
+    const UnetConditioning second_text = config_.is_sdxl() ? encode_text(prompts, second, plan) : text;
+    return denoise(second_text, &*start, static_cast<int64_t>(prompts.size()), second, plan, progress, hires_gen_);
 }
 
 at::Tensor TorchPipeline::decode(const at::Tensor& latents, const MemoryPlan& plan) {
@@ -304,21 +312,22 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     check(s);
     if (prompts.empty()) throw Error("no prompts to generate");
     stages_->use_loras(s.loras);
-    const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
+    const int n = static_cast<int>(prompts.size());
+    const MemoryPlan plan = this->plan(s, n);  // hires: the second pass's (the largest canvas)
+    GenerateSettings first = s;
+    first.hires = HiresFix{};
+    const MemoryPlan first_plan = s.hires.active() ? this->plan(first, n) : plan;
     set_block_cache_limit(static_cast<size_t>(plan.block_cache));
     stages_->set_prepack(plan.prepack);
     c10::InferenceMode guard;
     peaks_ = {};
     try {
-        const UnetConditioning text = encode_text(prompts, s, plan);
+        const UnetConditioning text = encode_text(prompts, s, first_plan);
         const std::optional<PictureStart> picture = encode_picture(s, plan);
-        at::Tensor latents = denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s,
-                                     plan, progress, gen_);
-        if (s.hires.active()) latents = hires_pass(prompts, text, latents, s, plan, progress);
-        const at::Tensor decoded =
-            decode(latents, s.hires.active() ? this->plan(hires_pass_settings(s, config_.size_multiple),
-                                                          static_cast<int>(prompts.size()))
-                                             : plan);
+        at::Tensor latents =
+            denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s, first_plan, progress, gen_);
+        if (s.hires.active()) latents = hires_pass(prompts, text, latents, s, first_plan, plan, progress);
+        const at::Tensor decoded = decode(latents, plan);
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();
         out.latents.assign(latents.data_ptr<float>(), latents.data_ptr<float>() + latents.numel());

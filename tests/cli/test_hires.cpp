@@ -101,3 +101,32 @@ TEST(HiresRefusals, OneLineEach) {
 }
 
 }  // namespace
+
+// --plan shows the encoder stage where a batch encodes (--init-img, the
+// lanczos hires pass), and a hires plan is that of its larger canvas.
+TEST(HiresPlan, EncoderStageAndTheLargerCanvas) {
+    const std::string out = sdtest::temp_dir(), st = sdtest::test_models() + "/tiny-st";
+    auto plan = [&](const std::vector<std::string>& extra) {
+        const auto r = sdtest::run(with({sdtest::cli(), "--model", st, "--outdir", out, "--prompt", "a", "--steps",
+                                         "4", "--sampler", "euler", "--plan", "--max-memory", "8G"},
+                                        extra));
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return r.out + r.err;
+    };
+    auto unet_row = [](const std::string& text) {
+        const size_t at = text.find("unet        :");
+        return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+    };
+    const std::string pic = sdtest::fixtures() + "/../data/pictures/grey1.png";
+    EXPECT_NE(plan({"--W", "64", "--H", "64", "--init-img", pic}).find("vae encoder :"), std::string::npos);
+    const std::string txt = plan({"--W", "64", "--H", "64"});
+    EXPECT_EQ(txt.find("vae encoder :"), std::string::npos) << txt;
+    const std::string lanczos = plan({"--W", "64", "--H", "64", "--hires-scale", "2", "--hires-upscaler", "lanczos"});
+    EXPECT_NE(lanczos.find("vae encoder :"), std::string::npos) << lanczos;
+    const std::string latent = plan({"--W", "64", "--H", "64", "--hires-scale", "2"});
+    EXPECT_EQ(latent.find("vae encoder :"), std::string::npos) << latent;
+    const std::string big = plan({"--W", "128", "--H", "128"});
+    EXPECT_FALSE(unet_row(big).empty()) << big;
+    EXPECT_EQ(unet_row(latent), unet_row(big));
+    EXPECT_NE(unet_row(txt), unet_row(big));
+}
