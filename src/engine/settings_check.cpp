@@ -52,7 +52,6 @@ void check_picture_settings(const ModelConfig& c, const std::string& model_dir, 
         throw Error("model " + model_dir + " is an inpainting model: give --mask (or --outpaint) with --init-img");
     if (init.masked_content == "latent-noise" || init.masked_content == "latent-nothing")
         throw Error("--masked-content " + init.masked_content + " is not supported yet; use fill or original");
-    if (c.is_sdxl()) throw Error("--init-img on SDXL models is not supported yet (SD 1.x and 2.x only)");
 }
 
 // The hires fix (--hires-*): what its second pass needs, before the first runs.
