@@ -93,10 +93,10 @@ struct InitImage {
 // upscale, then an img2img pass at the new size with the same prompt, seed and
 // sampler (src/engine/hires_pass.h says how; docs/img2img.md).
 struct HiresFix {
-    double scale = 0;               // --hires-scale F: int(W * F) x int(H * F), rounded down to the model's multiple
-    int width = 0, height = 0;      // --hires-size WxH instead (stretched to it); 0: from scale
-    int steps = 0;                  // the second pass's --steps; 0: the first pass's (A1111's)
-    double strength = 0.7;          // the second pass's strength (A1111's "Denoising strength", default 0.7)
+    double scale = 0;                 // --hires-scale F: int(W * F) x int(H * F), rounded down to the model's multiple
+    int width = 0, height = 0;        // --hires-size WxH instead (stretched to it); 0: from scale
+    int steps = 0;                    // the second pass's --steps; 0: the first pass's (A1111's)
+    double strength = 0.7;            // the second pass's strength (A1111's "Denoising strength", default 0.7)
     std::string upscaler = "latent";  // latent (bilinear) | latent-nearest | lanczos (pixels, then encoded again)
     bool active() const { return scale > 0 || width > 0 || height > 0; }
     // The second pass's size for a first pass of w x h, sides rounded down to `multiple`.

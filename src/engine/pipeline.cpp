@@ -269,9 +269,8 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
 // The hires fix's second pass: the first pass's latents (lanczos: its decoded
 // images) upscaled, then img2img at the hires size from hires_gen_.
 at::Tensor TorchPipeline::hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
-                                     const at::Tensor& latents, const GenerateSettings& s,
-                                     const MemoryPlan& first_plan, const MemoryPlan& plan,
-                                     const ProgressFn& progress) {
+                                     const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& first_plan,
+                                     const MemoryPlan& plan, const ProgressFn& progress) {
     const GenerateSettings second = hires_pass_settings(s, config_.size_multiple);
     std::vector<Image> images;
     if (s.hires.upscaler == "lanczos") images = to_images(decode(latents, first_plan));
@@ -324,8 +323,8 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     try {
         const UnetConditioning text = encode_text(prompts, s, first_plan);
         const std::optional<PictureStart> picture = encode_picture(s, plan);
-        at::Tensor latents =
-            denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s, first_plan, progress, gen_);
+        at::Tensor latents = denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s,
+                                     first_plan, progress, gen_);
         if (s.hires.active()) latents = hires_pass(prompts, text, latents, s, first_plan, plan, progress);
         const at::Tensor decoded = decode(latents, plan);
         BatchOutput out;

@@ -20,10 +20,10 @@ void check_picture_settings(const ModelConfig& c, const std::string& model_dir, 
         for (int64_t d : shape) count *= d;
         if (init.active() || !init.mask.empty() || !init.outpaint.empty() || c.is_inpainting())
             throw Error("start latents take no picture, mask or outpaint, and no inpainting model");
-        if (shape.size() != 4 || shape[1] != c.latent_channels || shape[2] != s.height / f ||
-            shape[3] != s.width / f || count != static_cast<int64_t>(init.latents.size()))
-            throw Error("start latents must be [n, " + std::to_string(c.latent_channels) + ", H/" +
-                        std::to_string(f) + ", W/" + std::to_string(f) + "] for the settings' size");
+        if (shape.size() != 4 || shape[1] != c.latent_channels || shape[2] != s.height / f || shape[3] != s.width / f ||
+            count != static_cast<int64_t>(init.latents.size()))
+            throw Error("start latents must be [n, " + std::to_string(c.latent_channels) + ", H/" + std::to_string(f) +
+                        ", W/" + std::to_string(f) + "] for the settings' size");
         check_strength("--strength", init.strength);
         if (s.sampler == "plms") throw Error("start latents need another sampler than plms");
         return;
@@ -59,8 +59,9 @@ void check_hires_settings(const ModelConfig& c, const std::string& model_dir, co
     const HiresFix& h = s.hires;
     if (!h.active()) return;
     if (s.init.active() || s.init.from_latents())
-        throw Error("--hires-scale/--hires-size is a second pass after text to image; it does not take --init-img "
-                    "(run the upscaled picture with --init-img and --strength instead)");
+        throw Error(
+            "--hires-scale/--hires-size is a second pass after text to image; it does not take --init-img "
+            "(run the upscaled picture with --init-img and --strength instead)");
     if (h.scale < 0 || (h.scale > 0 && (h.width > 0 || h.height > 0)))
         throw Error("give one of --hires-scale F (F > 0) and --hires-size WxH");
     if (h.upscaler != "latent" && h.upscaler != "latent-nearest" && h.upscaler != "lanczos")
