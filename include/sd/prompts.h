@@ -37,6 +37,10 @@ struct PromptOverrides {
     // Starting from a picture (issue 33): "init_img", "mask", "strength", "outpaint".
     std::optional<std::string> init_img, mask, outpaint;
     std::optional<double> strength;
+    // The hires fix: "hires_scale", "hires_steps", "hires_strength", "hires_upscaler".
+    std::optional<double> hires_scale, hires_strength;
+    std::optional<int> hires_steps;
+    std::optional<std::string> hires_upscaler;
 };
 
 struct PromptLine {
@@ -54,7 +58,8 @@ struct PromptLine {
 // object a line with a string "prompt" and optional "negative_prompt", "seed",
 // "steps", "scale", "H", "W", "sampler", "schedule", "n_iter", and a picture to
 // start from: "init_img", "mask", "strength", "outpaint" (paths as given, from the
-// working folder, like the flags). "-" reads standard input.
+// working folder, like the flags), and the hires fix's "hires_scale",
+// "hires_steps", "hires_strength", "hires_upscaler". "-" reads standard input.
 // Throws sd::Error naming the file (and line) when it is unreadable, malformed,
 // not UTF-8, has an unknown key or bad value, or holds no prompt.
 std::vector<PromptLine> read_prompt_file(const std::string& path);

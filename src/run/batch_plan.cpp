@@ -70,6 +70,13 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.mask) item.settings.init.mask = *o.mask;
     if (o.outpaint) item.settings.init.outpaint = *o.outpaint;
     if (o.strength) item.settings.init.strength = *o.strength;
+    if (o.hires_scale) {  // a line's own scale replaces --hires-size too
+        item.settings.hires.scale = *o.hires_scale;
+        item.settings.hires.width = item.settings.hires.height = 0;
+    }
+    if (o.hires_steps) item.settings.hires.steps = *o.hires_steps;
+    if (o.hires_strength) item.settings.hires.strength = *o.hires_strength;
+    if (o.hires_upscaler) item.settings.hires.upscaler = *o.hires_upscaler;
     item.n_iter = o.n_iter.value_or(job.n_iter);
     try {  // before any model loads
         check_sampler_settings(item.settings.sampler, item.settings.schedule, item.settings.steps);

@@ -130,3 +130,26 @@ TEST(HiresPlan, EncoderStageAndTheLargerCanvas) {
     EXPECT_EQ(unet_row(latent), unet_row(big));
     EXPECT_NE(unet_row(txt), unet_row(big));
 }
+
+// JSON lines carry their own hires fix; lines with other hires settings are other batches.
+TEST(HiresJsonLines, EachLineItsOwn) {
+    const std::string out = sdtest::temp_dir(), st = sdtest::test_models() + "/tiny-st";
+    sdtest::write_text(out + "/p.jsonl",
+                       "{\"prompt\": \"a\", \"hires_scale\": 2, \"hires_upscaler\": \"lanczos\", \"hires_steps\": 3, "
+                       "\"hires_strength\": 0.4}\n{\"prompt\": \"b\"}\n");
+    const auto r = sdtest::run({sdtest::cli(), "--model", st, "--outdir", out + "/o", "--quiet", "--threads", "1",
+                                "--steps", "3", "--sampler", "euler", "--W", "64", "--H", "64", "--from-file",
+                                out + "/p.jsonl"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(sd::read_png(out + "/o/00000.png").width, 128);
+    EXPECT_EQ(sd::read_png(out + "/o/00001.png").width, 64);
+    const std::string text = sdtest::read_text(out + "/o/00000.png");
+    EXPECT_NE(text.find("Denoising strength: 0.4, Hires upscale: 2, Hires steps: 3, Hires upscaler: Lanczos"),
+              std::string::npos);
+    EXPECT_EQ(sdtest::read_text(out + "/o/00001.png").find("Hires"), std::string::npos);
+    sdtest::write_text(out + "/bad.jsonl", "{\"prompt\": \"a\", \"hires_upscaler\": \"bicubic\"}\n");
+    const auto bad = sdtest::run({sdtest::cli(), "--model", st, "--outdir", out + "/x", "--from-file",
+                                  out + "/bad.jsonl"});
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_NE(bad.err.find("bad.jsonl:1"), std::string::npos) << bad.err;
+}
