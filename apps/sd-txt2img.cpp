@@ -211,8 +211,8 @@ void add_flags(CLI::App& app, Flags& f) {
                    "(fit, stretch the edges into the bands)")
         ->capture_default_str();
     app.add_option("--masked-content", job.settings.init.masked_content,
-                   "what the masked area holds before sampling: original, or fill (the kept colours blurred in, "
-                   "A1111's)")
+                   "what the masked area holds before sampling: original, fill (the kept colours blurred in, "
+                   "A1111's), latent-noise (the start noise) or latent-nothing (zero latents)")
         ->capture_default_str();
     app.add_option("--hires-scale", job.settings.hires.scale,
                    "hires fix (A1111's): make the image at --W x --H, upscale it F times, then run img2img at that "

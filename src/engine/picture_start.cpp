@@ -36,6 +36,8 @@ PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config
     PictureStart p;
     p.compvis = s.sampler == "ddim" && s.schedule == "default";
     p.inpaint_unet = config.is_inpainting();
+    if (s.init.masked_content == "latent-noise") p.latent_fill = PictureStart::LatentFill::Noise;
+    if (s.init.masked_content == "latent-nothing") p.latent_fill = PictureStart::LatentFill::Nothing;
     const int64_t H = s.height, W = s.width, f = config.downsample_factor;
     // A 9-channel UNet at strength 1 starts from noise alone: diffusers does not encode the picture then.
     if (!(p.inpaint_unet && s.init.strength >= 1.0))
@@ -74,6 +76,11 @@ StartLatents draw_start(const PictureStart& p, int64_t images, int64_t channels,
     out.noise = at::randn({images, channels, h, w}, gen);
     if (p.mask_latent.defined()) {
         const at::Tensor mask = p.mask_latent.repeat({images, 1, 1, 1});
+        if (out.init_latents.defined() && p.latent_fill != PictureStart::LatentFill::None) {
+            out.init_latents = out.init_latents * (1 - mask);
+            if (p.latent_fill == PictureStart::LatentFill::Noise)
+                out.init_latents = out.init_latents + out.noise * mask;
+        }
         if (p.inpaint_unet) {
             const at::Tensor masked = sample_posterior(p.masked_moments, scale_factor, gen).repeat({images, 1, 1, 1});
             out.concat = at::cat({mask, masked}, 1);

@@ -21,6 +21,10 @@ struct PictureStart {
     at::Tensor mask_latent;     // [1, 1, h, w], 1 = repaint; undefined without a mask
     bool compvis = false;       // CompVis img2img.py: n copies of the picture, n posterior draws
     bool inpaint_unet = false;  // the UNet takes the mask and the masked latents as 5 more channels
+    // A1111's latent masked-content modes: the masked area of the init latents
+    // replaced by the start noise ("latent noise"; A1111 draws its fill from
+    // the image seeds its start noise comes from, so the two are the same) or by zeros.
+    enum class LatentFill { None, Noise, Nothing } latent_fill = LatentFill::None;
     // With --mask-blur: A1111's overlay of the picture over the result through
     // the blurred mask (the references, with no blur, leave the VAE's pixels).
     Image original;

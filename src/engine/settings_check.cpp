@@ -50,8 +50,9 @@ void check_picture_settings(const ModelConfig& c, const std::string& model_dir, 
             "k-diffusion sampler or lcm");
     if (c.is_inpainting() && init.mask.empty() && init.outpaint.empty())
         throw Error("model " + model_dir + " is an inpainting model: give --mask (or --outpaint) with --init-img");
-    if (init.masked_content == "latent-noise" || init.masked_content == "latent-nothing")
-        throw Error("--masked-content " + init.masked_content + " is not supported yet; use fill or original");
+    if ((init.masked_content == "latent-noise" || init.masked_content == "latent-nothing") && init.mask.empty() &&
+        init.outpaint.empty())
+        throw Error("--masked-content " + init.masked_content + " needs a mask (--mask or --outpaint)");
 }
 
 // The hires fix (--hires-*): what its second pass needs, before the first runs.
