@@ -170,6 +170,7 @@ struct Flags {
     std::vector<std::string> export_args;
     bool model_cache_list = false, model_cache_clear = false;
     std::string model_display_name;  // the checkpoint's name, when --model came through the cache
+    std::string hires_size;  // --hires-size WxH
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -240,8 +241,22 @@ void add_flags(CLI::App& app, Flags& f) {
                    "(fit, stretch the edges into the bands)")
         ->capture_default_str();
     app.add_option("--masked-content", job.settings.init.masked_content,
-                   "what the masked area holds before sampling: original, or fill (the kept colours blurred in, "
-                   "A1111's)")
+                   "what the masked area holds before sampling: original, fill (the kept colours blurred in, "
+                   "A1111's), latent-noise (the start noise) or latent-nothing (zero latents)")
+        ->capture_default_str();
+    app.add_option("--hires-scale", job.settings.hires.scale,
+                   "hires fix (A1111's): make the image at --W x --H, upscale it F times, then run img2img at that "
+                   "size with the same prompt, seed and sampler");
+    app.add_option("--hires-size", f.hires_size, "hires fix to WxH instead of --hires-scale (stretched to it)");
+    app.add_option("--hires-steps", job.settings.hires.steps,
+                   "hires fix: the second pass's --steps (0: the first pass's)")
+        ->capture_default_str();
+    app.add_option("--hires-strength", job.settings.hires.strength,
+                   "hires fix: the second pass's strength (A1111's denoising strength)")
+        ->capture_default_str();
+    app.add_option("--hires-upscaler", job.settings.hires.upscaler,
+                   "hires fix: latent (bilinear on the latents), latent-nearest, or lanczos (the decoded image "
+                   "resized, then encoded again)")
         ->capture_default_str();
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
@@ -455,6 +470,11 @@ void settle_job(const CLI::App& app, Flags& f) {
         job.settings.target_width = v.first;
         job.settings.target_height = v.second;
     }
+    if (!f.hires_size.empty()) {
+        const auto v = sd::parse_whole_pair("--hires-size", f.hires_size, 'x', 1);
+        job.settings.hires.width = static_cast<int>(v.first);
+        job.settings.hires.height = static_cast<int>(v.second);
+    }
     sd::check_job(job);
 }
 
@@ -507,7 +527,9 @@ void use_model_defaults(const CLI::App& app, const sd::ModelConfig& config,
         if (!c.default_schedule.empty() && !app.count("--schedule")) job.settings.schedule = c.default_schedule;
     }
     // Starting from a picture without --sampler: CompVis img2img.py's DDIM, as PLMS cannot start from one.
-    if (job.settings.init.active() && !app.count("--sampler") && !f.plms && job.settings.sampler == "plms")
+    // The hires fix's second pass starts from a picture too: the same for both passes.
+    if ((job.settings.init.active() || job.settings.hires.active()) && !app.count("--sampler") && !f.plms &&
+        job.settings.sampler == "plms")
         job.settings.sampler = "ddim";
     job.model_name = f.model_display_name.empty() ? model_name(config, f.model_dir) : f.model_display_name;
     job.model_hash = config.source_sha256.substr(0, 10);  // A1111's short hash of the checkpoint
@@ -576,7 +598,7 @@ void read_recorded_images(Flags& f) {
 void use_recorded_picture(const CLI::App& app, const std::string& path, const sd::RecordedImage& rec,
                           sd::InitImage& init) {
     auto given = [&](const char* flag) { return app.count(flag) > 0; };
-    if (!rec.strength) return;
+    if (!rec.strength || rec.hires()) return;  // a hires fix's strength is its second pass's
     if (!given("--init-img"))
         throw sd::Error(path + ": this image was made from a picture (img2img" +
                         (rec.mask_hash.empty() ? "" : ", inpainted") +
@@ -590,6 +612,18 @@ void use_recorded_picture(const CLI::App& app, const std::string& path, const sd
     if (rec.outpaint && !given("--outpaint")) init.outpaint = *rec.outpaint;
     if (rec.resize_mode && !given("--resize-mode")) init.resize_mode = *rec.resize_mode;
     if (rec.masked_content && !given("--masked-content")) init.masked_content = *rec.masked_content;
+}
+
+// A hires-fixed PNG is remade with its hires settings, except those the flags give.
+void use_recorded_hires(const CLI::App& app, const sd::RecordedImage& rec, sd::HiresFix& h) {
+    auto given = [&](const char* flag) { return app.count(flag) > 0; };
+    if (!rec.hires() || given("--hires-scale") || given("--hires-size")) return;
+    h.scale = rec.hires_scale.value_or(0);
+    h.width = rec.hires_width.value_or(0);
+    h.height = rec.hires_height.value_or(0);
+    if (!given("--hires-steps")) h.steps = rec.hires_steps.value_or(0);
+    if (rec.strength && !given("--hires-strength")) h.strength = *rec.strength;
+    if (rec.hires_upscaler && !given("--hires-upscaler")) h.upscaler = *rec.hires_upscaler;
 }
 
 // The warning above, once per PNG (before the model loads).
@@ -675,6 +709,7 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
                             " is not within --n_samples " + std::to_string(job.n_samples));
     }
     use_recorded_picture(app, path, rec, job.settings.init);
+    use_recorded_hires(app, rec, job.settings.hires);
     return job;
 }
 

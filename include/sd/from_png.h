@@ -73,6 +73,12 @@ struct RecordedImage {
     // tool lacks, "RNG: std_default", hires fix... --from-png refuses such a PNG
     // (check_honoured) unless --from-png-lenient skips them, leaving those settings at the tool's own.
     std::vector<std::string> unhonoured;
+    // The hires fix (its strength is "Denoising strength"): "Hires upscale",
+    // "Hires resize" (WxH), "Hires steps", "Hires upscaler" (our name).
+    std::optional<double> hires_scale;
+    std::optional<int> hires_width, hires_height, hires_steps;
+    std::optional<std::string> hires_upscaler;
+    bool hires() const { return hires_scale || hires_width; }
 };
 
 // Text from a file as a message shows it: at most 60 bytes, control characters

@@ -66,8 +66,14 @@ struct MemoryPlan {
     double base = 0;         // the process before any stage is loaded
     double budget = 0;
     StagePrediction text, unet, vae;
+    // The VAE encoder (a batch that starts from a picture, or the hires fix's
+    // lanczos pass): loaded for its encode and released after it, tiled as the
+    // decoder is. encode false: no such stage.
+    bool encode = false;
+    StagePrediction enc;
     bool taesd = false;                  // a TAESD decodes instead of the VAE: no tiles, no attention
     double peak() const;                 // predicted peak of the whole run
+    double resident_total() const;       // the base and every stage's weights but the encoder's
     std::string attention_name() const;  // "chunked:256", ...
     std::string describe() const;        // the --plan table
 };

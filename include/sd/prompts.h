@@ -43,6 +43,10 @@ struct PromptOverrides {
     std::optional<uint64_t> subseed;
     std::optional<double> subseed_strength;
     bool sets_noise() const { return rng || seed_resize_from || ensd || subseed || subseed_strength; }
+    // The hires fix: "hires_scale", "hires_steps", "hires_strength", "hires_upscaler".
+    std::optional<double> hires_scale, hires_strength;
+    std::optional<int> hires_steps;
+    std::optional<std::string> hires_upscaler;
 };
 
 struct PromptLine {
@@ -60,7 +64,8 @@ struct PromptLine {
 // object a line with a string "prompt" and optional "negative_prompt", "seed",
 // "steps", "scale", "H", "W", "sampler", "schedule", "n_iter", and a picture to
 // start from: "init_img", "mask", "strength", "outpaint" (paths as given, from the
-// working folder, like the flags). "-" reads standard input.
+// working folder, like the flags), and the hires fix's "hires_scale",
+// "hires_steps", "hires_strength", "hires_upscaler". "-" reads standard input.
 // Throws sd::Error naming the file (and line) when it is unreadable, malformed,
 // not UTF-8, has an unknown key or bad value, or holds no prompt.
 std::vector<PromptLine> read_prompt_file(const std::string& path);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sd/sampler_catalog.h"
@@ -75,11 +76,39 @@ struct InitImage {
     std::string resize_mode = "just";         // just | crop | fill: a picture of another size than --W x --H
     std::string masked_content = "original";  // fill | original | latent-noise | latent-nothing
     std::string image_hash, mask_hash;        // SHA-256 of the files (PNG text), filled by the run
+    // For library callers, instead of a picture: img2img from these latents
+    // (already times the VAE's scale factor), [1 or n, C, H / f, W / f] as
+    // BatchOutput::latents holds them; no encode, no posterior draw. The CLI never sets them.
+    std::vector<float> latents;
+    std::vector<int64_t> latent_shape;
     bool active() const { return !path.empty(); }
+    bool from_latents() const { return !latents.empty(); }
     bool operator==(const InitImage& o) const {
         return path == o.path && mask == o.mask && strength == o.strength && mask_blur == o.mask_blur &&
                invert_mask == o.invert_mask && outpaint == o.outpaint && resize_mode == o.resize_mode &&
-               masked_content == o.masked_content;
+               masked_content == o.masked_content && latents == o.latents && latent_shape == o.latent_shape;
+    }
+};
+
+// A1111's hires fix (issue 33): a first pass at the settings' size, an
+// upscale, then an img2img pass at the new size with the same prompt, seed and
+// sampler (src/engine/hires_pass.h says how; docs/img2img.md).
+struct HiresFix {
+    double scale = 0;                 // --hires-scale F: int(W * F) x int(H * F), rounded down to the model's multiple
+    int width = 0, height = 0;        // --hires-size WxH instead (stretched to it); 0: from scale
+    int steps = 0;                    // the second pass's --steps; 0: the first pass's (A1111's)
+    double strength = 0.7;            // the second pass's strength (A1111's "Denoising strength", default 0.7)
+    std::string upscaler = "latent";  // latent (bilinear) | latent-nearest | lanczos (pixels, then encoded again)
+    bool active() const { return scale > 0 || width > 0 || height > 0; }
+    // The second pass's size for a first pass of w x h, sides rounded down to `multiple`.
+    std::pair<int, int> size(int w, int h, int multiple) const {
+        if (width > 0 || height > 0) return {width, height};
+        const int m = multiple > 0 ? multiple : 1;
+        return {static_cast<int>(w * scale) / m * m, static_cast<int>(h * scale) / m * m};
+    }
+    bool operator==(const HiresFix& o) const {
+        return scale == o.scale && width == o.width && height == o.height && steps == o.steps &&
+               strength == o.strength && upscaler == o.upscaler;
     }
 };
 
@@ -125,6 +154,7 @@ struct GenerateSettings {
     int crop_top = 0, crop_left = 0;
     InitImage init;
     NoiseSettings noise;  // issue 35; start noise and step draws: engine/web_noise.h (brownian_tree, eta: the samplers)
+    HiresFix hires;       // batches never mix hires settings
 };
 
 // Where and how the UNet and VAE decoder compute, resolved from the options.

@@ -3,6 +3,7 @@
 #include "image/init_pixels.h"
 #include "image/mask.h"
 #include "io/image_reader.h"
+#include "sd/error.h"
 
 namespace sd {
 
@@ -35,6 +36,8 @@ PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config
     PictureStart p;
     p.compvis = s.sampler == "ddim" && s.schedule == "default";
     p.inpaint_unet = config.is_inpainting();
+    if (s.init.masked_content == "latent-noise") p.latent_fill = PictureStart::LatentFill::Noise;
+    if (s.init.masked_content == "latent-nothing") p.latent_fill = PictureStart::LatentFill::Nothing;
     const int64_t H = s.height, W = s.width, f = config.downsample_factor;
     // A 9-channel UNet at strength 1 starts from noise alone: diffusers does not encode the picture then.
     if (!(p.inpaint_unet && s.init.strength >= 1.0))
@@ -59,14 +62,25 @@ std::vector<Image> paste_picture_back(const PictureStart& p, std::vector<Image> 
 StartLatents draw_start(const PictureStart& p, int64_t images, int64_t channels, int64_t h, int64_t w,
                         double scale_factor, at::Generator& gen) {
     StartLatents out;
-    if (p.image_moments.defined()) {
-        const at::Tensor moments = p.compvis ? p.image_moments.repeat({images, 1, 1, 1}) : p.image_moments;
+    if (p.latents.defined()) {
+        if (p.latents.size(0) != images && p.latents.size(0) != 1)
+            throw Error("start latents for " + std::to_string(p.latents.size(0)) + " images given to a batch of " +
+                        std::to_string(images));
+        out.init_latents = p.latents.size(0) == images ? p.latents : p.latents.repeat({images, 1, 1, 1});
+    } else if (p.image_moments.defined()) {
+        const bool one = p.image_moments.size(0) == 1;
+        const at::Tensor moments = p.compvis && one ? p.image_moments.repeat({images, 1, 1, 1}) : p.image_moments;
         out.init_latents = sample_posterior(moments, scale_factor, gen);
-        if (!p.compvis) out.init_latents = out.init_latents.repeat({images, 1, 1, 1});
+        if (out.init_latents.size(0) != images) out.init_latents = out.init_latents.repeat({images, 1, 1, 1});
     }
     out.noise = at::randn({images, channels, h, w}, gen);
     if (p.mask_latent.defined()) {
         const at::Tensor mask = p.mask_latent.repeat({images, 1, 1, 1});
+        if (out.init_latents.defined() && p.latent_fill != PictureStart::LatentFill::None) {
+            out.init_latents = out.init_latents * (1 - mask);
+            if (p.latent_fill == PictureStart::LatentFill::Noise)
+                out.init_latents = out.init_latents + out.noise * mask;
+        }
         if (p.inpaint_unet) {
             const at::Tensor masked = sample_posterior(p.masked_moments, scale_factor, gen).repeat({images, 1, 1, 1});
             out.concat = at::cat({mask, masked}, 1);

@@ -13,11 +13,18 @@
 namespace sd {
 
 struct PictureStart {
-    at::Tensor image_moments;   // [1, 2C, h, w]; undefined: the start is noise alone (inpainting at strength 1)
+    // [1, 2C, h, w], or [n, 2C, h, w] one per image (the hires fix's lanczos
+    // upscale); undefined: the start is noise alone (inpainting at strength 1)
+    at::Tensor image_moments;
+    at::Tensor latents;         // [n, C, h, w] start latents as they are (the hires fix's latent upscale): no draw
     at::Tensor masked_moments;  // [1, 2C, h, w]: the masked picture's (a 9-channel UNet's input)
     at::Tensor mask_latent;     // [1, 1, h, w], 1 = repaint; undefined without a mask
     bool compvis = false;       // CompVis img2img.py: n copies of the picture, n posterior draws
     bool inpaint_unet = false;  // the UNet takes the mask and the masked latents as 5 more channels
+    // A1111's latent masked-content modes: the masked area of the init latents
+    // replaced by the start noise ("latent noise"; A1111 draws its fill from
+    // the image seeds its start noise comes from, so the two are the same) or by zeros.
+    enum class LatentFill { None, Noise, Nothing } latent_fill = LatentFill::None;
     // With --mask-blur: A1111's overlay of the picture over the result through
     // the blurred mask (the references, with no blur, leave the VAE's pixels).
     Image original;
@@ -35,7 +42,8 @@ PictureStart encode_picture(const GenerateSettings& s, const ModelConfig& config
                             const MemoryPlan& plan);
 
 // What the sampler starts from, drawn from gen in the references' order: the
-// picture's posterior (CompVis: [n, ...], diffusers: [1, ...] repeated), the
+// picture's posterior (CompVis: [n, ...], diffusers: [1, ...] repeated; one
+// draw of [n, ...] where there are n moment sets), or given latents, the
 // start noise [n, C, h, w], then the masked picture's posterior (diffusers
 // draws it even for a 4-channel UNet, which does not use it).
 struct StartLatents {

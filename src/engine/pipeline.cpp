@@ -12,6 +12,7 @@
 #include "engine/block_cache.h"
 #include "engine/embeddings.h"
 #include "engine/guidance.h"
+#include "engine/hires_pass.h"
 #include "engine/loaded_stages.h"
 #include "engine/picture_start.h"
 #include "engine/runtime.h"
@@ -49,6 +50,7 @@ public:
     void seed(uint64_t seed) override {
         gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
         noise_.seed(seed);
+        hires_gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
     }
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
@@ -61,7 +63,11 @@ private:
                                  const MemoryPlan& plan);
     std::optional<PictureStart> encode_picture(const GenerateSettings& s, const MemoryPlan& plan);
     at::Tensor denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
-                       const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress);
+                       const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress,
+                       at::Generator& gen);
+    at::Tensor hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
+                          const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& first_plan,
+                          const MemoryPlan& plan, const ProgressFn& progress);
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan);
 
     PipelineOptions options_;
@@ -78,6 +84,9 @@ private:
     double base_rss_ = 0;
     at::Generator gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
     RunNoise noise_;  // the start noise and the sampler's draws: gen_'s, or the web UI's (NoiseSettings)
+    // The hires fix's second passes draw from their own generator, seeded with
+    // gen_: they start as a separate img2img run with the same seed would.
+    at::Generator hires_gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
 };
 
 TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options) {
@@ -131,6 +140,7 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     r.width = s.width;
     r.images = images;
     r.guidance = s.scale != 1.0;
+    r.encode = s.init.active();
     const bool cpu = stages_->device().is_cpu();
     r.budget = options_.max_memory > 0 ? options_.max_memory : cpu ? available_memory() : kDefaultGpuBudget;
     r.sequential = options_.sequential;
@@ -151,7 +161,10 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
 MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
     // On a GPU the budget is the device's memory, which the host RSS does not touch.
     const bool cpu = stages_->device().is_cpu();
-    MemoryPlan p = plan_memory(memory_, request(s, images), cpu ? base_rss_ : 0);
+    // A hires batch's largest canvas is its second pass's, with the encoder for lanczos.
+    MemoryRequest r = request(s.hires.active() ? hires_pass_settings(s, config_.size_multiple) : s, images);
+    if (s.hires.active()) r.encode = s.hires.upscaler == "lanczos";
+    MemoryPlan p = plan_memory(memory_, r, cpu ? base_rss_ : 0);
     p.compute = compute_.describe();
     if (!cpu) {  // GPU headroom is no host memory
         p.block_cache = 0;
@@ -180,6 +193,13 @@ UnetConditioning TorchPipeline::encode_text(const std::vector<std::string>& prom
 
 // A picture to start from (--init-img), through the VAE encoder.
 std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings& s, const MemoryPlan& plan) {
+    if (s.init.from_latents()) {
+        PictureStart p;
+        p.compvis = s.sampler == "ddim" && s.schedule == "default";
+        const auto& shape = s.init.latent_shape;
+        p.latents = at::from_blob(const_cast<float*>(s.init.latents.data()), shape, at::kFloat).clone();
+        return p;
+    }
     if (!s.init.active()) return std::nullopt;
     const StageMeter meter(options_.measure_stages);
     const double load_before = times_.encode_load;
@@ -194,15 +214,16 @@ std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings
 
 // Sampling from the seed's start noise, the UNet run in passes of at most plan.unet_rows rows.
 at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
-                                  const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress) {
+                                  const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress,
+                                  at::Generator& gen) {
     const StageMeter meter(options_.measure_stages);
     const int64_t h = s.height / config_.downsample_factor, w = s.width / config_.downsample_factor;
     const bool first_batch = times_.start_to_first_step == 0;
     StartLatents start;
     if (picture)
-        start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen_);
+        start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen);
     start.noise =
-        noise_.start(s.noise, gen_, {images, config_.latent_channels, h, w}, config_.downsample_factor, start.noise);
+        noise_.start(s.noise, gen, {images, config_.latent_channels, h, w}, config_.downsample_factor, start.noise);
     auto& unet = stages_->unet();
     set_attention(unet, {plan.attention_mode, plan.attention_chunk});
     set_layer_memory(unet, plan.ff_chunk, plan.conv_split);
@@ -235,7 +256,7 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     at::Tensor latents = sample(ks, std::ref(guidance), start.noise, config_.alphas_cumprod, noise_.steps(), on_step,
                                 start.init_latents, blend ? &*blend : nullptr)
                              .contiguous();
-    peaks_.unet_evaluations = guidance.evaluations();
+    peaks_.unet_evaluations += guidance.evaluations();
     peaks_.unet_rows = guidance.rows();
     // NaN turns into black pixels silently; stop instead, before anything is written.
     if (!at::isfinite(latents).all().item<bool>())
@@ -246,6 +267,31 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     if (plan.sequential) stages_->release_unet();
     meter.end(peaks_.unet, peaks_.unet_kept);
     return latents;
+}
+
+// The hires fix's second pass: the first pass's latents (lanczos: its decoded
+// images) upscaled, then img2img at the hires size from hires_gen_.
+at::Tensor TorchPipeline::hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
+                                     const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& first_plan,
+                                     const MemoryPlan& plan, const ProgressFn& progress) {
+    const GenerateSettings second = hires_pass_settings(s, config_.size_multiple);
+    std::vector<Image> images;
+    if (s.hires.upscaler == "lanczos") images = to_images(decode(latents, first_plan));
+    std::optional<PictureStart> start;
+    {
+        const StageMeter meter(options_.measure_stages);
+        const double load_before = times_.encode_load;
+        const auto begin = std::chrono::steady_clock::now();
+        start = hires_start(second, s.hires.upscaler, config_, latents, images, *vae_, plan);
+        stages_->release_vae_encoder();
+        if (!images.empty()) {
+            times_.last_encode = seconds_since(begin) - (times_.encode_load - load_before);
+            meter.end(peaks_.encode, peaks_.encode_kept);
+        }
+    }
+    // SDXL's size conditioning is the image's size: the second pass's text is encoded at it.
+    const UnetConditioning second_text = config_.is_sdxl() ? encode_text(prompts, second, plan) : text;
+    return denoise(second_text, &*start, static_cast<int64_t>(prompts.size()), second, plan, progress, hires_gen_);
 }
 
 at::Tensor TorchPipeline::decode(const at::Tensor& latents, const MemoryPlan& plan) {
@@ -268,16 +314,21 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     check(s);
     if (prompts.empty()) throw Error("no prompts to generate");
     stages_->use_loras(s.loras);
-    const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
+    const int n = static_cast<int>(prompts.size());
+    const MemoryPlan plan = this->plan(s, n);  // hires: the second pass's (the largest canvas)
+    GenerateSettings first = s;
+    first.hires = HiresFix{};
+    const MemoryPlan first_plan = s.hires.active() ? this->plan(first, n) : plan;
     set_block_cache_limit(static_cast<size_t>(plan.block_cache));
     stages_->set_prepack(plan.prepack);
     c10::InferenceMode guard;
     peaks_ = {};
     try {
-        const UnetConditioning text = encode_text(prompts, s, plan);
+        const UnetConditioning text = encode_text(prompts, s, first_plan);
         const std::optional<PictureStart> picture = encode_picture(s, plan);
-        const at::Tensor latents =
-            denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s, plan, progress);
+        at::Tensor latents = denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s,
+                                     first_plan, progress, gen_);
+        if (s.hires.active()) latents = hires_pass(prompts, text, latents, s, first_plan, plan, progress);
         const at::Tensor decoded = decode(latents, plan);
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();

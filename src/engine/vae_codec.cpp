@@ -51,9 +51,11 @@ at::Tensor edge_ramp(int64_t len, double ramp, bool lo, bool hi) {
 }  // namespace
 
 // Each tile normalises over itself (GroupNorm), so tiles differ slightly at
-// their edges; the ramps fade one into the next without a seam.
-at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int tile, int factor) {
-    const int64_t h = z.size(2), w = z.size(3);
+// their edges; the ramps fade one into the next without a seam. The tiles are
+// laid out on the latent grid (h x w); the input is in_factor and the output
+// out_factor pixels per latent pixel (decode: 1 and 8, encode: 8 and 1).
+static at::Tensor run_tiled(const DecodeFn& run_one, const at::Tensor& in, int64_t h, int64_t w, int tile,
+                            int64_t in_factor, int64_t factor) {
     const int64_t overlap = std::max<int64_t>(2, tile / 4);
     const auto ys = tile_starts(h, tile, overlap), xs = tile_starts(w, tile, overlap);
     const int64_t th = std::min<int64_t>(tile, h), tw = std::min<int64_t>(tile, w);
@@ -62,7 +64,9 @@ at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int til
     for (size_t yi = 0; yi < ys.size(); ++yi) {
         for (size_t xi = 0; xi < xs.size(); ++xi) {
             const int64_t y = ys[yi], x = xs[xi];
-            auto piece = decode_one(z.slice(2, y, y + th).slice(3, x, x + tw).contiguous());
+            auto piece = run_one(in.slice(2, y * in_factor, (y + th) * in_factor)
+                                     .slice(3, x * in_factor, (x + tw) * in_factor)
+                                     .contiguous());
             if (!out.defined()) {
                 out = at::zeros({1, piece.size(1), h * factor, w * factor});
                 weight = at::zeros({1, 1, h * factor, w * factor});
@@ -76,6 +80,14 @@ at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int til
         }
     }
     return out / weight;
+}
+
+at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int tile, int factor) {
+    return run_tiled(decode_one, z, z.size(2), z.size(3), tile, 1, factor);
+}
+
+at::Tensor encode_tiled(const DecodeFn& encode_one, const at::Tensor& x, int tile, int factor) {
+    return run_tiled(encode_one, x, x.size(2) / factor, x.size(3) / factor, tile, factor, 1);
 }
 
 VaeCodec::VaeCodec(const PipelineOptions& o, LoadedStages& stages) : stages_(stages), preview_every_(o.preview_every) {
@@ -138,10 +150,17 @@ at::Tensor VaeCodec::encode(const at::Tensor& images, const MemoryPlan& plan) {
     auto& enc = stages_.vae_encoder();
     set_attention(enc, {plan.attention_mode, plan.attention_chunk});
     set_layer_memory(enc, plan.ff_chunk, plan.conv_split);
+    const DecodeFn encode_one = [&](const at::Tensor& xi) {
+        return LoadedStages::to_host(enc.forward({stages_.to_device(xi)}).toTensor());
+    };
+    const int f = stages_.config().downsample_factor;
     std::vector<at::Tensor> moments;
-    for (int64_t i = 0; i < images.size(0); ++i)
-        moments.push_back(
-            LoadedStages::to_host(enc.forward({stages_.to_device(images.slice(0, i, i + 1))}).toTensor()));
+    for (int64_t i = 0; i < images.size(0); ++i) {
+        const at::Tensor xi = images.slice(0, i, i + 1);
+        // Tiled where the decoder would be: the same tiles on the latent grid.
+        const bool tiled = plan.vae_tile > 0 && (xi.size(2) / f > plan.vae_tile || xi.size(3) / f > plan.vae_tile);
+        moments.push_back(tiled ? encode_tiled(encode_one, xi, plan.vae_tile, f) : encode_one(xi));
+    }
     return at::cat(moments);
 }
 

@@ -23,6 +23,11 @@ std::vector<Image> to_images(const at::Tensor& decoded);
 // one tile. `factor`: output pixels per latent pixel.
 using DecodeFn = std::function<at::Tensor(const at::Tensor&)>;
 at::Tensor decode_tiled(const DecodeFn& decode_one, const at::Tensor& z, int tile, int factor);
+// The encoder's counterpart: pictures [1, 3, H, W] encoded in the tiles
+// decode_tiled would use for their latents (tile latent pixels, `factor`
+// pixels each), the moments blended across each overlap. Not exact: each tile
+// normalises over itself.
+at::Tensor encode_tiled(const DecodeFn& encode_one, const at::Tensor& x, int tile, int factor);
 
 // The posterior sample of the moments, as the UNet's latents: scale_factor *
 // (mean + exp(0.5 clamp(logvar, -30, 20)) * randn) with one draw of the mean's

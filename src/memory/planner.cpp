@@ -171,6 +171,7 @@ MemoryModel memory_model(const ModelConfig& c) {
     m.text_weights = stage_size(c.text_encoder_path) + (c.is_sdxl() ? stage_size(c.text_encoder_2_path) : 0.0);
     m.unet_weights = stage_size(c.unet_path);
     m.vae_weights = stage_size(c.vae_decoder_path);
+    if (!c.vae_encoder_path.empty()) m.vae_encoder_weights = stage_size(c.vae_encoder_path);
     m.half_file = c.dtype == "float16";
     m.latent_channels = c.latent_channels;
     m.downsample = c.downsample_factor;
@@ -245,11 +246,16 @@ std::string MemoryPlan::attention_name() const {
     return "chunked:" + std::to_string(attention_chunk);
 }
 
+// The encoder loads beside the resident stages (the UNet and decoder are still
+// loaded from the batch before) and is released after its encode.
 double MemoryPlan::peak() const {
-    if (sequential) return std::max({text.total(base), unet.total(base), vae.total(base)});
+    const double with_encoder = encode ? (sequential ? enc.total(base) : resident_total() + enc.total(0)) : 0;
+    if (sequential) return std::max({text.total(base), unet.total(base), vae.total(base), with_encoder});
     const double weights = text.weights + unet.weights + vae.weights;
-    return base + weights + std::max({text.transient(), unet.transient(), vae.transient()});
+    return std::max(base + weights + std::max({text.transient(), unet.transient(), vae.transient()}), with_encoder);
 }
+
+double MemoryPlan::resident_total() const { return base + text.weights + unet.weights + vae.weights; }
 
 namespace {
 
@@ -262,9 +268,9 @@ constexpr double kCacheMargin = 0.1;
 // working set, so a tight budget runs as before and a loose one runs faster.
 MemoryPlan with_block_cache(MemoryPlan p) {
     const double lean = p.peak();
-    const double most = std::max({p.text.working_set, p.unet.working_set, p.vae.working_set});
+    const double most = std::max({p.text.working_set, p.unet.working_set, p.vae.working_set, p.enc.working_set});
     p.block_cache = std::max(0.0, std::min(most, (1 - kCacheMargin) * p.budget - lean));
-    for (StagePrediction* s : {&p.text, &p.unet, &p.vae}) {
+    for (StagePrediction* s : {&p.text, &p.unet, &p.vae, &p.enc}) {
         // The cache keeps a freed block only while it has room and never
         // evicts, so score blocks kept after the first attention hold their
         // share of the limit until the next attention takes them back: other
@@ -326,23 +332,33 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;
     p.unet.share_at_peak = kUnetShareAtPeak * p.unet.activations + kUnetShareAtPeakPerScore * p.unet.scores;
 
+    // The VAE decodes one image at a time, whole or in overlapping tiles.
+    // The encoder runs the same levels in the other direction (one VAELevel
+    // per level, the mid-block attention on the latent grid) on the same
+    // tiles: predicted as the decoder with its own weights. One measurement
+    // backs that (full-size SD 1.5, 512²: 1.90 GiB of freed blocks kept in the
+    // encode, the decoder's predicted working set 2.0 GiB; docs/benchmarks.md).
+    const double th = p.vae_tile > 0 ? std::min<double>(h, p.vae_tile) : h;
+    const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
+    auto vae_stage = [&](StagePrediction& s, double file) {
+        weights(s, file, r.half_weights);
+        const double pixels = th * tw * m.downsample * m.downsample;
+        s.activations =
+            pixels * 4.0 * (kVaeFloatsPerChannel + (p.prepack ? kVaePrepackFloatsPerChannel : 0.0)) * m.vae_ch;
+        s.scores = p.attention_mode == AttentionMode::Fused
+                       ? fused_bytes(1, th * tw, m.vae_mid_channels, 6.0)
+                       : score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
+        s.beside_scores = kVaeMidTensors * m.vae_mid_channels * th * tw * 4.0;
+        s.working_set = kVaeWorkingSet * s.activations;
+        s.share_at_peak = kVaeShareAtPeak * s.activations;
+    };
+    p.encode = r.encode && m.vae_encoder_weights > 0;
+    if (p.encode) vae_stage(p.enc, m.vae_encoder_weights);
     if (m.taesd_channels > 0) {
         predict_taesd(m, h, w, p);
         return p;
     }
-    // The VAE decodes one image at a time, whole or in overlapping tiles.
-    weights(p.vae, m.vae_weights, r.half_weights);
-    const double th = p.vae_tile > 0 ? std::min<double>(h, p.vae_tile) : h;
-    const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
-    const double pixels = th * tw * m.downsample * m.downsample;
-    p.vae.activations =
-        pixels * 4.0 * (kVaeFloatsPerChannel + (p.prepack ? kVaePrepackFloatsPerChannel : 0.0)) * m.vae_ch;
-    p.vae.scores = p.attention_mode == AttentionMode::Fused
-                       ? fused_bytes(1, th * tw, m.vae_mid_channels, 6.0)
-                       : score_bytes(1, th * tw, p.attention_mode, p.attention_chunk, 1);
-    p.vae.beside_scores = kVaeMidTensors * m.vae_mid_channels * th * tw * 4.0;
-    p.vae.working_set = kVaeWorkingSet * p.vae.activations;
-    p.vae.share_at_peak = kVaeShareAtPeak * p.vae.activations;
+    vae_stage(p.vae, m.vae_weights);
     return p;
 }
 
@@ -356,6 +372,7 @@ std::string MemoryPlan::describe() const {
     row("text encoder", text);
     row("unet        ", unet);
     row("vae decoder ", vae);
+    if (encode) row("vae encoder ", enc);
     o << "  stage loading: " << (sequential ? "sequential (one stage in memory at a time)" : "all stages resident")
       << "\n";
     o << "  attention: " << attention_name() << ", UNet rows per pass: " << unet_rows << ", VAE: "

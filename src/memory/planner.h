@@ -26,11 +26,13 @@ struct MemoryRequest {
     std::optional<bool> prepack;
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
     double text_lora_bytes = 0, unet_lora_bytes = 0;
+    bool encode = false;  // the batch runs the VAE encoder on a height x width picture
 };
 
 // Architecture constants of the memory model, read from model.json.
 struct MemoryModel {
     double text_weights = 0, unet_weights = 0, vae_weights = 0;  // bytes (sizes of the .pt files)
+    double vae_encoder_weights = 0;                              // 0: the export has no encoder
     bool half_file = false;                                      // the .pt files hold fp16 weights
     int latent_channels = 4, downsample = 8;
     int model_channels = 320;

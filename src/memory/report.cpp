@@ -19,9 +19,13 @@ std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, cons
     line("unet        ", plan.unet, m.unet, m.unet_kept);
     line("vae decoder ", plan.vae, m.vae, m.vae_kept);
     char buf[256];
-    // The encoder (--init-img) is measured, not yet predicted by the planner.
+    // The encoder (--init-img, the hires fix's lanczos pass), loaded beside the resident stages.
     if (m.encode > 0 || t.encode_load > 0) {
-        std::snprintf(buf, sizeof buf, "  vae encoder peak: measured %s (kept %s), load %.2f s, last encode %.2f s\n",
+        const double predicted = plan.sequential ? plan.enc.total(plan.base) : resident + plan.base + plan.enc.total(0);
+        std::snprintf(buf, sizeof buf,
+                      "  vae encoder peak: predicted %s (freed blocks kept %s), measured %s (kept %s), load %.2f s, "
+                      "last encode %.2f s\n",
+                      format_size(plan.encode ? predicted : 0).c_str(), format_size(plan.enc.kept).c_str(),
                       format_size(static_cast<double>(m.encode)).c_str(),
                       format_size(static_cast<double>(m.encode_kept)).c_str(), t.encode_load, t.last_encode);
         out += buf;

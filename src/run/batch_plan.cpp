@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <type_traits>
 #include <utility>
@@ -45,7 +46,8 @@ bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
            a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip && a.settings.loras == b.settings.loras &&
-           a.settings.init == b.settings.init && a.settings.noise == b.settings.noise;
+           a.settings.init == b.settings.init && a.settings.noise == b.settings.noise &&
+           a.settings.hires == b.settings.hires;
 }
 
 // A line's own noise options (the flags' rules, named by its place). compvis
@@ -89,6 +91,13 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.mask) item.settings.init.mask = *o.mask;
     if (o.outpaint) item.settings.init.outpaint = *o.outpaint;
     if (o.strength) item.settings.init.strength = *o.strength;
+    if (o.hires_scale) {  // a line's own scale replaces --hires-size too
+        item.settings.hires.scale = *o.hires_scale;
+        item.settings.hires.width = item.settings.hires.height = 0;
+    }
+    if (o.hires_steps) item.settings.hires.steps = *o.hires_steps;
+    if (o.hires_strength) item.settings.hires.strength = *o.hires_strength;
+    if (o.hires_upscaler) item.settings.hires.upscaler = *o.hires_upscaler;
     item.n_iter = o.n_iter.value_or(job.n_iter);
     try {  // before any model loads
         check_sampler_settings(item.settings.sampler, item.settings.schedule, item.settings.steps);
@@ -292,7 +301,41 @@ std::string sdxl_size_text(const GenerateSettings& g) {
     return text;
 }
 
+// A number short where that reads back the same, else with every digit (so --from-png remakes it).
+std::string exact_number(double v) {
+    std::string text = format_number(v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+}
+
+// The hires fix as A1111 writes it: its second pass's strength, the scale or
+// the size, the steps where given, the upscaler.
+std::string hires_text(const HiresFix& h) {
+    if (!h.active()) return "";
+    std::string text = ", Denoising strength: " + exact_number(h.strength);
+    if (h.width > 0 || h.height > 0)
+        text += ", Hires resize: " + std::to_string(h.width) + "x" + std::to_string(h.height);
+    else
+        text += ", Hires upscale: " + exact_number(h.scale);
+    if (h.steps > 0) text += ", Hires steps: " + std::to_string(h.steps);
+    return text + ", Hires upscaler: " + hires_upscaler_a1111_name(h.upscaler);
+}
+
 }  // namespace
+
+std::string hires_upscaler_a1111_name(const std::string& upscaler) {
+    if (upscaler == "latent-nearest") return "Latent (nearest)";
+    if (upscaler == "lanczos") return "Lanczos";
+    return "Latent";
+}
+
+std::string hires_upscaler_from_a1111(const std::string& a1111_name) {
+    for (const char* ours : {"latent", "latent-nearest", "lanczos"})
+        if (hires_upscaler_a1111_name(ours) == a1111_name) return ours;
+    return "";
+}
 
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings, const std::string& model_hash) {
@@ -322,6 +365,7 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     if (!item.settings.loras.empty()) text += ", Lora hashes: " + lora_hashes_text(item.settings.loras);
     text += init_image_text(item.settings.init);
     text += noise_text(item.settings.noise, sampler.family);
+    text += hires_text(item.settings.hires);
     text += std::string(", Seed mode: ") + seed_mode_name(mode) + ", Image index: " + std::to_string(img.index);
     // compvis: the run's seed alone does not say which noise this image got; its batch does.
     if (mode == SeedMode::compvis)

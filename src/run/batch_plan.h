@@ -48,6 +48,12 @@ RunPlan plan_run(const Txt2ImgJob& job);
 // the default, and "RNG: CPU" or "RNG: NV" always (the web UI leaves NV, the same
 // numbers as its GPU default, unwritten; this tool's older texts have no "RNG" and mean cpu).
 // model_hash: A1111's "Model hash" (the checkpoint's short hash), written when known.
+// The hires fix's upscalers by A1111's names (PNG text "Hires upscaler"):
+// latent "Latent", latent-nearest "Latent (nearest)", lanczos "Lanczos";
+// the reverse gives "" for a name this tool does not have.
+std::string hires_upscaler_a1111_name(const std::string& upscaler);
+std::string hires_upscaler_from_a1111(const std::string& a1111_name);
+
 std::string parameters_text(const PromptItem& item, const PlannedImage& img, SeedMode mode, const std::string& model,
                             const std::vector<EmbeddingInfo>& embeddings = {}, const std::string& model_hash = "");
 

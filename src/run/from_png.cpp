@@ -432,7 +432,25 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
             r.masked_content = value;  // the web UI writes "latent noise" for this tool's latent-noise
             std::replace(r.masked_content->begin(), r.masked_content->end(), ' ', '-');
         }
-        else if (key == "Model") {
+        else if (key == "Hires upscale") {
+            char* end = nullptr;
+            const double v = std::strtod(value.c_str(), &end);
+            if (value.empty() || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 64)
+                throw Error(where + ": \"Hires upscale\" must be a number above 0, got \"" + text_excerpt(value) +
+                            "\"");
+            r.hires_scale = v;
+        } else if (key == "Hires resize") {
+            const WholePair v = parse_whole_pair(where + ": \"Hires resize\"", value, 'x', 1);
+            r.hires_width = v.first;
+            r.hires_height = v.second;
+        } else if (key == "Hires steps")
+            r.hires_steps = static_cast<int>(whole(key, value, {0, kStepsRange.hi}, where));
+        else if (key == "Hires upscaler") {
+            r.hires_upscaler = hires_upscaler_from_a1111(value);
+            if (r.hires_upscaler->empty())
+                throw Error(where + ": \"Hires upscaler\" " + text_excerpt(value) +
+                            " is not one of this tool's (Latent, Latent (nearest), Lanczos)");
+        } else if (key == "Model") {
             r.model = value;
         } else if (key == "Version")
             r.version = value;

@@ -81,10 +81,24 @@ PromptOverrides parse_overrides(const nlohmann::json& j, const std::string& wher
         } else if (key == "strength") {
             if (!v.is_number()) throw Error(what + " must be a number, got " + v.dump());
             o.strength = check_strength(what, v.get<double>());
+        } else if (key == "hires_scale") {
+            if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 64)
+                throw Error(what + " must be a number above 0 and at most 64, got " + v.dump());
+            o.hires_scale = v.get<double>();
+        } else if (key == "hires_strength") {
+            if (!v.is_number()) throw Error(what + " must be a number, got " + v.dump());
+            o.hires_strength = check_strength(what, v.get<double>());
+        } else if (key == "hires_steps") {
+            o.hires_steps = static_cast<int>(get_whole(v, what, {0, kStepsRange.hi}));
+        } else if (key == "hires_upscaler") {
+            if (!v.is_string() || (v != "latent" && v != "latent-nearest" && v != "lanczos"))
+                throw Error(what + " must be latent, latent-nearest or lanczos, got " + v.dump());
+            o.hires_upscaler = v.get<std::string>();
         } else {
             throw Error(where + ": unknown key \"" + key +
                         "\" (known: prompt, negative_prompt, seed, steps, scale, H, W, sampler, schedule, n_iter, "
-                        "init_img, mask, strength, outpaint, rng, ensd, subseed, subseed_strength, seed_resize_from)");
+                        "init_img, mask, strength, outpaint, rng, ensd, subseed, subseed_strength, seed_resize_from, "
+                        "hires_scale, hires_steps, hires_strength, hires_upscaler)");
         }
     }
     return o;

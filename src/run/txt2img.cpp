@@ -168,8 +168,8 @@ public:
         info.step = step;
         info.steps = steps;
         info.seconds_per_step = dt;
-        info.eta_seconds =
-            step_seconds_ / static_cast<double>(done_units_) * static_cast<double>(total_units_ - done_units_);
+        info.eta_seconds = step_seconds_ / static_cast<double>(done_units_) *
+                           static_cast<double>(std::max<int64_t>(0, total_units_ - done_units_));
         return info;
     }
 
@@ -183,7 +183,12 @@ public:
 private:
     int steps_of(const PlannedBatch& b) const {
         const GenerateSettings& s = plan_.items[b.images[0].item].settings;
-        return sampler_step_count(s.sampler, s.schedule, s.steps, timesteps_);
+        const int first = sampler_step_count(s.sampler, s.schedule, s.steps, timesteps_);
+        if (!s.hires.active()) return first;
+        // The hires fix's second pass runs about its strength's share of its steps (img2img).
+        const int second = s.hires.steps > 0 ? s.hires.steps : s.steps;
+        return first +
+               static_cast<int>(s.hires.strength * sampler_step_count(s.sampler, s.schedule, second, timesteps_));
     }
 
     const RunPlan& plan_;
