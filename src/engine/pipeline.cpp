@@ -45,7 +45,11 @@ public:
     MemoryPlan plan(const GenerateSettings& s, int images) const override;
     const StagePeaks& measured() const override;
     const StageTimes& timings() const override { return times_; }
-    void seed(uint64_t seed) override { gen_ = at::make_generator<at::CPUGeneratorImpl>(seed); }
+    void seed(uint64_t seed) override {
+        gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+        seed_ = seed;
+        seeded_images_ = 0;
+    }
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
     std::vector<EmbeddingInfo> embeddings() const override;
@@ -73,6 +77,7 @@ private:
     MemoryModel memory_;
     double base_rss_ = 0;
     at::Generator gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
+    uint64_t seed_ = 0, seeded_images_ = 0;  // the web UI's image seeds: seed_ + images made since seed()
 };
 
 TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options) {
@@ -223,6 +228,11 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
         s.sampler,         s.schedule,           s.steps,           parse_parameterization(config_.parameterization),
         config_.is_sdxl(), config_.linear_start, config_.linear_end};
     if (picture) ks.strength = s.init.strength;
+    ks.eta = s.noise.eta;
+    ks.brownian_tree = s.noise.brownian_tree;
+    ks.beta_alpha = s.beta_alpha;
+    ks.beta_beta = s.beta_beta;
+    for (int64_t i = 0; i < images; ++i) ks.seeds.push_back(seed_ + seeded_images_++);
     // A 4-channel UNet inpaints by blending the picture's latents back in after each step.
     std::optional<InpaintBlend> blend;
     if (start.mask.defined()) blend = InpaintBlend{start.mask};
