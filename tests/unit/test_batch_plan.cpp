@@ -167,10 +167,10 @@ TEST(Metadata, ParametersTextReadsBack) {
         "Model hash: abc, Model: sd15, Version: v1.9.4",
         "a.png");
     EXPECT_EQ(a.sampler, "euler_a");
-    EXPECT_EQ(a.schedule, "default");
+    EXPECT_EQ(a.schedule, "automatic");  // the web UI's choice for the sampler (issue 35)
     EXPECT_FALSE(a.seed_mode.has_value());
     EXPECT_THROW(sd::parse_parameters_text("a fox", "b.png"), sd::Error);
-    EXPECT_THROW(sd::parse_parameters_text("a\nSteps: 20, Sampler: Heun", "c.png"), sd::Error);
+    EXPECT_THROW(sd::parse_parameters_text("a\nSteps: 20, Sampler: DPM fast", "c.png"), sd::Error);
     EXPECT_THROW(sd::parse_parameters_text("a\nSteps: many", "d.png"), sd::Error);
 }
 
