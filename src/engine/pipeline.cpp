@@ -77,7 +77,8 @@ private:
     MemoryModel memory_;
     double base_rss_ = 0;
     at::Generator gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
-    uint64_t seed_ = 0, seeded_images_ = 0;  // the web UI's image seeds: seed_ + images made since seed()
+    // The web UI's image seeds: seed_ + the images made since seed(); batch_seed_ is this batch's first.
+    uint64_t seed_ = 0, seeded_images_ = 0, batch_seed_ = 0;
 };
 
 TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options) {
@@ -232,7 +233,7 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     ks.brownian_tree = s.noise.brownian_tree;
     ks.beta_alpha = s.beta_alpha;
     ks.beta_beta = s.beta_beta;
-    for (int64_t i = 0; i < images; ++i) ks.seeds.push_back(seed_ + seeded_images_++);
+    for (int64_t i = 0; i < images; ++i) ks.seeds.push_back(batch_seed_ + static_cast<uint64_t>(i));
     // A 4-channel UNet inpaints by blending the picture's latents back in after each step.
     std::optional<InpaintBlend> blend;
     if (start.mask.defined()) blend = InpaintBlend{start.mask};
@@ -272,6 +273,8 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
                                     const ProgressFn& progress) {
     check(s);
     if (prompts.empty()) throw Error("no prompts to generate");
+    batch_seed_ = seed_ + seeded_images_;
+    seeded_images_ += prompts.size();
     stages_->use_loras(s.loras);
     const MemoryPlan plan = this->plan(s, static_cast<int>(prompts.size()));
     set_block_cache_limit(static_cast<size_t>(plan.block_cache));
