@@ -53,8 +53,8 @@ std::unique_ptr<NoiseSampler> brownian_noise(const SamplerRun& r, const at::Tens
     const SeededRandn randn = [&draws](uint64_t seed, at::IntArrayRef size) { return draws.seeded_randn(seed, size); };
     std::unique_ptr<NoiseSampler> trees;
     if (r.s.brownian_tree == "kdiffusion") {
-        trees = std::make_unique<BrownianTreeNoise>(x, sigma_min, sigma_max, std::vector<uint64_t>{draws.next_tree_seed()},
-                                                    false, randn);
+        const std::vector<uint64_t> seed = {draws.next_tree_seed()};
+        trees = std::make_unique<BrownianTreeNoise>(x, sigma_min, sigma_max, seed, false, randn);
     } else if (r.s.brownian_tree == "a1111") {
         if (static_cast<int64_t>(r.s.seeds.size()) != x.size(0))
             throw Error("the web UI's Brownian trees need each image's seed (" + std::to_string(x.size(0)) +
