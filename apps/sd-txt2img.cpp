@@ -260,11 +260,25 @@ void add_flags(CLI::App& app, Flags& f) {
         ->capture_default_str();
     app.add_option("--n_samples", job.n_samples, "images per batch")->capture_default_str();
     app.add_option("--n_iter", job.n_iter, "times to repeat every batch")->capture_default_str();
-    app.add_option("--sampler", f.sampler, sd::sampler_choices())->capture_default_str();
+    app.add_option("--sampler", f.sampler,
+                   sd::sampler_choices() +
+                       ", or the web UI's name as its PNGs write it (\"Euler a\", \"DPM++ 2M SDE\", \"DPM++ 2M "
+                       "Karras\"...; docs/cli.md)")
+        ->capture_default_str();
     app.add_option("--schedule", job.settings.schedule,
-                   "k-diffusion samplers' sigmas: default or karras, or diffusers' schedulers: leading, or trailing "
-                   "for euler and euler_a (the Turbo recipe); PLMS/DDIM timesteps: default (CompVis), leading or "
-                   "trailing (any --steps); lcm: default only")
+                   "k-diffusion samplers' sigmas: default (the web UI's Uniform), karras, exponential, "
+                   "polyexponential, sgm_uniform, kl_optimal, align_your_steps, simple, normal, ddim or beta, or "
+                   "diffusers' schedulers: leading, or trailing for euler and euler_a (the Turbo recipe); PLMS/DDIM "
+                   "timesteps: default (CompVis), leading or trailing (any --steps); lcm: default only; automatic: "
+                   "the web UI's choice for the sampler; the web UI's names (\"Karras\", \"Align Your Steps\") too")
+        ->capture_default_str();
+    app.add_option("--beta-alpha", job.settings.beta_alpha, "--schedule beta: the distribution's alpha (the web UI's)")
+        ->capture_default_str();
+    app.add_option("--beta-beta", job.settings.beta_beta, "--schedule beta: the distribution's beta (the web UI's)")
+        ->capture_default_str();
+    app.add_option("--brownian-tree", job.settings.noise.brownian_tree,
+                   "SDE samplers' noise: a1111, one Brownian tree per image seeded with its seed (the web UI's), or "
+                   "kdiffusion, one tree for the batch seeded by a draw after the start noise (k-diffusion's own)")
         ->capture_default_str();
     app.add_flag("--plms", f.plms, "same as --sampler " + sd::default_sampler() + " (CompVis's flag)");
     app.add_option("--outdir", f.outdir, "output folder")->capture_default_str();
@@ -419,7 +433,15 @@ void set_prompt_syntax(sd::GenerateSettings& settings, const std::string& syntax
 // The run's settings from the flags, checked before any model loads.
 void settle_job(const CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
-    job.settings.sampler = f.plms ? sd::default_sampler() : f.sampler;
+    // The web UI's names become ours ("DPM++ 2M Karras" names the schedule too).
+    const sd::SamplerName named =
+        sd::settle_sampler_names(f.plms ? sd::default_sampler() : f.sampler,
+                                 app.count("--schedule") ? job.settings.schedule : "", job.settings.schedule);
+    job.settings.sampler = named.sampler;
+    job.settings.schedule = named.schedule;
+    sd::check_beta_parameter("--beta-alpha", job.settings.beta_alpha);
+    sd::check_beta_parameter("--beta-beta", job.settings.beta_beta);
+    sd::check_brownian_tree(job.settings.noise.brownian_tree);
     if (!f.manifest.empty()) sd::check_manifest_path(f.manifest, f.outdir);
     if (f.seed == "-1") {
         // Shards run in separate processes and a resumed run is a new one: each would draw its own

@@ -133,8 +133,10 @@ struct NoiseSettings {
 struct GenerateSettings {
     std::string sampler = default_sampler();  // sd/sampler_catalog.h
     std::string schedule =
-        "default";  // k-samplers: default | karras | leading (| trailing); PLMS/DDIM: default | leading | trailing
+        "default";  // a short name of sd/sampler_catalog.h (schedule_name): k-samplers' sigmas, PLMS/DDIM spacing
     int steps = 50;
+    // --schedule beta's distribution (the web UI's "Beta schedule alpha/beta", its defaults).
+    double beta_alpha = 0.6, beta_beta = 0.6;
     double scale = 7.5;
     int height = 512, width = 512;
     std::string negative_prompt;  // replaces the unconditional "" for every image

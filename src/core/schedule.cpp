@@ -108,18 +108,27 @@ std::vector<int> dpm_leading_timesteps(int steps, int num_train_timesteps) {
     return ts;
 }
 
+int k_schedule_step_count(const std::string& schedule, int steps, int num_train_timesteps, bool discard_penultimate) {
+    if (schedule != "ddim" || steps < 1) return steps;
+    const int made = discard_penultimate ? steps + 1 : steps;
+    const int stride = std::max(num_train_timesteps / made, 1);
+    const int count = (num_train_timesteps - 1 + stride - 1) / stride;  // 1, 1 + stride, ... below T
+    return discard_penultimate ? count - 1 : count;
+}
+
 int diffusers_t_start(double strength, int steps) { return diffusers_img2img_plan(steps, strength).t_start; }
 
 int img2img_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, double strength,
                        int num_train_timesteps) {
     check_strength("--strength", strength);
     check_sampler_settings(sampler, schedule);
+    const std::string runs = effective_schedule(sampler, schedule);
     if (sampler == "plms")
         throw Error(
             "the plms sampler cannot start from an image (CompVis img2img.py has no PLMS); use ddim or another "
             "sampler");
-    const int total = sampler_step_count(sampler, schedule, requested_steps, num_train_timesteps);
-    if (sampler == "ddim" && schedule == "default") return std::min(compvis_t_enc(strength, requested_steps), total);
+    const int total = sampler_step_count(sampler, runs, requested_steps, num_train_timesteps);
+    if (sampler == "ddim" && runs == "default") return std::min(compvis_t_enc(strength, requested_steps), total);
     return total - diffusers_t_start(strength, total);
 }
 

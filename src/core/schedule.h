@@ -52,6 +52,11 @@ int diffusers_t_start(double strength, int steps);
 int img2img_step_count(const std::string& sampler, const std::string& schedule, int requested_steps, double strength,
                        int num_train_timesteps);
 
+// Steps a k-sampler runs with a k-diffusion schedule (k_sigmas): `steps`,
+// except the web UI's DDIM schedule, which may give one more (12 -> 13); with
+// discard_penultimate the schedule is made for steps + 1 and one sigma dropped.
+int k_schedule_step_count(const std::string& schedule, int steps, int num_train_timesteps, bool discard_penultimate);
+
 // Steps a sampler really runs with a schedule (sd/sampler_catalog.h's sampler_step_count
 // for the default one). Throws sd::Error when the count cannot run.
 int sampler_step_count(const std::string& sampler, const std::string& schedule, int requested_steps,

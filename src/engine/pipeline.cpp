@@ -51,6 +51,8 @@ public:
         gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
         noise_.seed(seed);
         hires_gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+        seed_ = seed;
+        seeded_images_ = 0;
     }
     BatchOutput generate(const std::vector<std::string>& prompts, const GenerateSettings& s,
                          const ProgressFn& progress) override;
@@ -87,6 +89,8 @@ private:
     // The hires fix's second passes draw from their own generator, seeded with
     // gen_: they start as a separate img2img run with the same seed would.
     at::Generator hires_gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
+    // The web UI's image seeds: seed_ + the images made since seed(); batch_seed_ is this batch's first.
+    uint64_t seed_ = 0, seeded_images_ = 0, batch_seed_ = 0;
 };
 
 TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options) {
@@ -249,6 +253,11 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
         s.sampler,         s.schedule,           s.steps,           parse_parameterization(config_.parameterization),
         config_.is_sdxl(), config_.linear_start, config_.linear_end};
     if (picture) ks.strength = s.init.strength;
+    ks.eta = s.noise.eta;
+    ks.brownian_tree = s.noise.brownian_tree;
+    ks.beta_alpha = s.beta_alpha;
+    ks.beta_beta = s.beta_beta;
+    for (int64_t i = 0; i < images; ++i) ks.seeds.push_back(batch_seed_ + static_cast<uint64_t>(i));
     // A 4-channel UNet inpaints by blending the picture's latents back in after each step.
     std::optional<InpaintBlend> blend;
     if (start.mask.defined()) blend = InpaintBlend{start.mask};
@@ -313,6 +322,8 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
                                     const ProgressFn& progress) {
     check(s);
     if (prompts.empty()) throw Error("no prompts to generate");
+    batch_seed_ = seed_ + seeded_images_;
+    seeded_images_ += prompts.size();
     stages_->use_loras(s.loras);
     const int n = static_cast<int>(prompts.size());
     const MemoryPlan plan = this->plan(s, n);  // hires: the second pass's (the largest canvas)

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 
 #include "core/img2img_schedule.h"
 #include "core/sampler_list.h"
 #include "core/schedule.h"
+#include "engine/samplers/sampler_run.h"
 #include "sd/error.h"
 #include "sd/sampler_catalog.h"
 
@@ -55,8 +55,6 @@ std::pair<at::Tensor, at::Tensor> ddim_update(const at::Tensor& x, const at::Ten
     return {x_prev, pred_x0};
 }
 
-at::Tensor timestep_tensor(int64_t b, int t) { return at::full({b}, static_cast<int64_t>(t), at::kLong); }
-
 // sqrt(a_t) and sqrt(1 - a_t) as ldm's float32 buffers sqrt_alphas_cumprod and
 // sqrt_one_minus_alphas_cumprod (square roots taken in double precision).
 std::pair<float, float> v_coefficients(const std::vector<float>& ac, const at::Tensor& t) {
@@ -71,10 +69,6 @@ EpsFn v_to_eps(const ModelFn& model, const std::vector<float>& ac) {
         return sa * model(x, t) + s1a * x;
     };
 }
-
-// Called after step `i` of `total` (the steps of this run) with x; returns
-// the x the next step starts from (inpainting's blend), or x itself.
-using AfterStep = std::function<at::Tensor(int i, int total, at::Tensor x)>;
 
 // DDIM from entry `first` of the ascending table down to entry 0 (txt2img:
 // the top entry). CompVis draws a (discarded) noise tensor in every step,
@@ -134,123 +128,6 @@ at::Tensor run_plms(const EpsFn& eps, at::Tensor x, const std::vector<float>& ac
     return x;
 }
 
-// ---------------------------------------------------------------- k-diffusion
-
-// Sigmas are 0-dim float32 tensors and every formula is written with the
-// reference's tensor ops, so that the float32 rounding is the reference's.
-// CompVisDenoiser (eps) / CompVisVDenoiser (v) around the guided model:
-// D(x, sigma, step) with c_in = 1 / sqrt(sigma^2 + 1) and the continuous
-// timestep. With step_t (--schedule trailing) it is diffusers' Euler
-// schedulers instead: x / sqrt(sigma^2 + 1) and the step's own timestep.
-// Whose sampler code a k-sampler follows: k-diffusion's (continuous timesteps),
-// diffusers' (--schedule trailing) or sgm's (SDXL).
-enum class Flavour { KDiffusion, Diffusers, Sgm };
-
-struct Denoiser {
-    const ModelFn& model;
-    Parameterization p;
-    at::Tensor log_sigmas;
-    std::vector<int> step_t;  // diffusers, sgm: each step's timestep; empty: k-diffusion's sigma_to_t
-    Flavour flavour = Flavour::KDiffusion;
-
-    at::Tensor operator()(const at::Tensor& x, const at::Tensor& sigma, int step) const {
-        const int64_t b = x.size(0);
-        auto s = sigma * at::ones({b}, at::kFloat);  // sigmas[i] * s_in
-        auto s4 = s.view({b, 1, 1, 1});
-        auto sum = at::pow(s4, 2) + 1.0;  // sigma^2 + sigma_data^2
-        at::Tensor out;
-        if (flavour == Flavour::KDiffusion) {
-            auto c_in = 1.0 / at::pow(sum, 0.5);
-            out = model(x * c_in, sigma_to_t(s, log_sigmas));
-        } else if (flavour == Flavour::Sgm) {  // EpsScaling's c_in and the sigma's index in the table
-            auto c_in = 1.0 / at::pow(sum, 0.5);
-            out = model(x * c_in, at::full({b}, static_cast<int64_t>(step_t.at(static_cast<size_t>(step))), at::kLong));
-        } else {  // scale_model_input, and the float timestep diffusers passes
-            out = model(x / at::pow(sum, 0.5),
-                        at::full({b}, static_cast<float>(step_t.at(static_cast<size_t>(step))), at::kFloat));
-        }
-        if (p == Parameterization::Eps) return x + out * (-s4);  // c_out = -sigma
-        auto c_skip = 1.0 / sum;
-        auto c_out = -s4 * 1.0 / at::pow(sum, 0.5);
-        return x * c_skip + out * c_out;
-    }
-};
-
-at::Tensor to_d(const at::Tensor& x, const at::Tensor& sigma, const at::Tensor& denoised) {
-    return (x - denoised) / sigma;
-}
-
-at::Tensor run_euler(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, StepNoise& draws,
-                     const AfterStep& after, const StepFn& on_step) {
-    const int total = static_cast<int>(sigmas.size(0)) - 1;
-    for (int i = 0; i < total; ++i) {
-        // k-diffusion draws it even with s_churn = 0; sgm's EulerEDMSampler does not.
-        if (D.flavour != Flavour::Sgm) draws.next(x);
-        auto sigma = sigmas[i] * 1.0;  // sigma_hat = sigma * (gamma + 1), gamma = 0
-        auto denoised = D(x, sigma, i);
-        auto d = to_d(x, sigma, denoised);
-        x = x + d * (sigmas[i + 1] - sigma);
-        if (after) x = after(i, total, std::move(x));
-        if (on_step) on_step(i, total, x, denoised);
-    }
-    return x;
-}
-
-// k-diffusion's sample_euler_ancestral; diffusers' EulerAncestralDiscreteScheduler
-// step draws its noise in every step (the last one's multiplied by sigma_up = 0)
-// and does not clamp sigma_up; sgm's EulerAncestralSampler clamps it and draws
-// in every step, the last one's discarded.
-at::Tensor run_euler_ancestral(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, StepNoise& draws,
-                               const AfterStep& after, const StepFn& on_step) {
-    const bool diffusers = D.flavour == Flavour::Diffusers, sgm = D.flavour == Flavour::Sgm;
-    const int total = static_cast<int>(sigmas.size(0)) - 1;
-    for (int i = 0; i < total; ++i) {
-        auto from = sigmas[i], to = sigmas[i + 1];
-        auto denoised = D(x, from, i);
-        // get_ancestral_step with eta = 1
-        auto up = at::pow(at::pow(to, 2) * (at::pow(from, 2) - at::pow(to, 2)) / at::pow(from, 2), 0.5);
-        if (!diffusers && to.item<float>() < up.item<float>()) up = to;
-        auto down = at::pow(at::pow(to, 2) - at::pow(up, 2), 0.5);
-        auto d = to_d(x, from, denoised);
-        x = x + d * (down - from);
-        if (sgm) {
-            auto noise = draws.next(x);
-            if (to.item<float>() > 0) x = x + noise * 1.0 * up;
-        } else if (diffusers || to.item<float>() > 0) {
-            x = x + draws.next(x) * 1.0 * up;
-        }
-        if (after) x = after(i, total, std::move(x));
-        if (on_step) on_step(i, total, x, denoised);
-    }
-    return x;
-}
-
-at::Tensor run_dpmpp_2m(const Denoiser& D, at::Tensor x, const at::Tensor& sigmas, const AfterStep& after,
-                        const StepFn& on_step) {
-    const int total = static_cast<int>(sigmas.size(0)) - 1;
-    auto t_of = [](const at::Tensor& sigma) { return sigma.log().neg(); };
-    auto sigma_of = [](const at::Tensor& t) { return t.neg().exp(); };
-    at::Tensor old_denoised;
-    for (int i = 0; i < total; ++i) {
-        auto denoised = D(x, sigmas[i], i);
-        auto t = t_of(sigmas[i]), t_next = t_of(sigmas[i + 1]);
-        auto h = t_next - t;
-        auto ratio = sigma_of(t_next) / sigma_of(t);
-        if (!old_denoised.defined() || sigmas[i + 1].item<float>() == 0) {
-            x = ratio * x - (-h).expm1() * denoised;
-        } else {
-            auto h_last = t - t_of(sigmas[i - 1]);
-            auto r = h_last / h;
-            auto denoised_d = (1 + 1 / (2 * r)) * denoised - (1 / (2 * r)) * old_denoised;
-            x = ratio * x - (-h).expm1() * denoised_d;
-        }
-        old_denoised = denoised;
-        if (after) x = after(i, total, std::move(x));
-        if (on_step) on_step(i, total, x, denoised);
-    }
-    return x;
-}
-
 // ---------------------------------------------------------------- LCM
 
 // diffusers' LCMScheduler: x_T is the start noise (init sigma 1), the UNet gets
@@ -284,134 +161,14 @@ at::Tensor run_lcm(const ModelFn& model, Parameterization p, at::Tensor x, const
     return x;
 }
 
-// ---------------------------------------------------------------- diffusers' DPM++ 2M
-
-// DPMSolverMultistepScheduler's _sigma_to_alpha_sigma_t: the VP pair (alpha, alpha sigma).
-std::pair<at::Tensor, at::Tensor> vp_alpha_sigma(const at::Tensor& sigma) {
-    auto alpha = 1 / at::pow(at::pow(sigma, 2) + 1, 0.5);
-    return {alpha, sigma * alpha};
-}
-
-// diffusers' DPMSolverMultistepScheduler (dpmsolver++, order 2, midpoint,
-// lower_order_final, final_sigmas_type "zero") from entry `first` of its
-// sigmas (steps + 1, last 0) and integer timesteps: x is the VP sample, the
-// UNet gets x and the timestep unscaled; the first step run and the last one
-// are first order. Draws nothing.
-at::Tensor run_dpm_solver(const ModelFn& model, Parameterization p, at::Tensor x, const at::Tensor& sigmas,
-                          const std::vector<int>& ts, int first, const AfterStep& after, const StepFn& on_step) {
-    const int count = static_cast<int>(ts.size()), total = count - first;
-    auto lambda = [](const at::Tensor& alpha, const at::Tensor& sigma) { return at::log(alpha) - at::log(sigma); };
-    at::Tensor prev_x0;
-    for (int i = 0; i < total; ++i) {
-        const int k = first + i;
-        auto out = model(x, timestep_tensor(x.size(0), ts[static_cast<size_t>(k)]));
-        auto [alpha_s0, sigma_s0] = vp_alpha_sigma(sigmas[k]);
-        auto x0 = p == Parameterization::Eps ? (x - sigma_s0 * out) / alpha_s0 : alpha_s0 * x - sigma_s0 * out;
-        auto [alpha_t, sigma_t] = vp_alpha_sigma(sigmas[k + 1]);
-        auto h = lambda(alpha_t, sigma_t) - lambda(alpha_s0, sigma_s0);
-        auto phi = alpha_t * (at::exp(-h) - 1.0);
-        if (!prev_x0.defined() || k == count - 1) {
-            x = (sigma_t / sigma_s0) * x - phi * x0;
-        } else {
-            auto [alpha_s1, sigma_s1] = vp_alpha_sigma(sigmas[k - 1]);
-            auto r0 = (lambda(alpha_s0, sigma_s0) - lambda(alpha_s1, sigma_s1)) / h;
-            auto d1 = (1.0 / r0) * (x0 - prev_x0);
-            x = (sigma_t / sigma_s0) * x - phi * x0 - 0.5 * phi * d1;
-        }
-        prev_x0 = x0;
-        if (after) x = after(i, total, std::move(x));
-        if (on_step) on_step(i, total, x, x0);
-    }
-    return x;
-}
-
-// One run's inputs, the same for every sampler function.
-struct SamplerRun {
-    const SamplerSettings& s;
-    const ModelFn& model;
-    at::Tensor noise;
-    const std::vector<float>& ac;
-    StepNoise& draws;
-    const StepFn& on_step;
-    at::Tensor x0;    // img2img / inpainting: the init latents, noise's size; undefined: txt2img
-    at::Tensor mask;  // inpainting's latent blend; undefined: none
-
-    bool img2img() const { return x0.defined(); }
-    // txt2img, and the blend at strength 1.0 (diffusers' is_strength_max),
-    // start from the noise alone (times the schedule's initial sigma).
-    bool from_noise() const { return !x0.defined() || (mask.defined() && s.strength == 1.0); }
-};
-
-// The inpainting blend (InpaintBlend) after step i of total: noised_after(i)
-// gives the init latents at the level x has after step i.
-AfterStep blend_after(const SamplerRun& r, std::function<at::Tensor(int i)> noised_after) {
-    if (!r.mask.defined()) return nullptr;
-    return [&r, noised_after = std::move(noised_after)](int i, int total, at::Tensor x) {
-        at::Tensor proper = i + 1 < total ? noised_after(i) : r.x0;
-        return (1 - r.mask) * proper + r.mask * x;
-    };
-}
-
 // DDIMScheduler's and LCMScheduler's add_noise at alphas_cumprod value a (float32).
 at::Tensor vp_noised(const at::Tensor& x0, const at::Tensor& noise, float a) {
     return std::sqrt(a) * x0 + std::sqrt(1.0f - a) * noise;
 }
 
-// A k-sampler's run: its sigmas from the first step run on (last 0), the
-// denoiser, the x it starts from and the blend.
-struct KRun {
-    at::Tensor sigmas;
-    Denoiser denoiser;
-    at::Tensor x;
-    AfterStep after;
-};
+}  // namespace
 
-// The start of txt2img is noise times the schedule's initial sigma:
-// k-diffusion's sigmas[0]; diffusers' init_noise_sigma, sqrt(sigma_max^2 + 1)
-// for leading and sigma_max (= sigmas[0]) for trailing; sgm's sqrt(1 +
-// sigma_0^2) (prepare_sampling_loop). img2img starts at entry t_start of the
-// sigmas with x0 + sigma noise, as diffusers' Euler schedulers' add_noise.
-KRun k_run(const SamplerRun& r) {
-    const int T = static_cast<int>(r.ac.size());
-    at::Tensor sigmas, init_sigma;
-    Denoiser d{r.model, r.s.parameterization, {}, {}, Flavour::KDiffusion};
-    if (r.s.sgm && r.s.schedule == "default") {
-        sigmas = sgm_sigmas(r.s.steps, r.ac, r.s.linear_start, r.s.linear_end);
-        init_sigma = at::sqrt(1.0 + at::pow(sigmas[0], 2.0));
-        d.step_t = sgm_timesteps(r.s.steps, T);
-        d.flavour = Flavour::Sgm;
-    } else {
-        sigmas = k_sigmas(r.s.schedule, r.s.steps, r.ac);
-        init_sigma = sigmas[0];
-        if (r.s.schedule == "leading") {
-            init_sigma = at::pow(at::pow(sigmas.max(), 2) + 1, 0.5);
-            d.step_t = compvis_timesteps(r.s.steps, T, "leading");
-            std::reverse(d.step_t.begin(), d.step_t.end());
-            d.flavour = Flavour::Diffusers;
-        } else if (r.s.schedule == "trailing") {
-            d.step_t = trailing_timesteps(r.s.steps, T);
-            d.flavour = Flavour::Diffusers;
-        } else {
-            d.log_sigmas = model_sigmas(r.ac).log();
-        }
-    }
-    if (!r.img2img()) return {sigmas, std::move(d), r.noise * init_sigma, nullptr};
-    // strength * steps < 1: t_start = steps, sigmas = [0], no step runs and x = x0.
-    const int t_start = diffusers_t_start(r.s.strength, static_cast<int>(sigmas.size(0)) - 1);
-    sigmas = sigmas.slice(0, t_start);
-    if (!d.step_t.empty()) d.step_t.erase(d.step_t.begin(), d.step_t.begin() + t_start);
-    auto noised = [&r, sigmas](int j) { return r.x0 + r.noise * sigmas[j]; };
-    at::Tensor x = r.from_noise() ? r.noise * init_sigma : noised(0);
-    return {sigmas, std::move(d), std::move(x), blend_after(r, [noised](int i) { return noised(i + 1); })};
-}
-
-// The model's sigmas at the given timesteps, then 0.
-at::Tensor sigmas_at(const std::vector<float>& ac, const std::vector<int>& ts) {
-    auto s = model_sigmas(ac).index_select(0, at::tensor(std::vector<int64_t>(ts.begin(), ts.end()), at::kLong));
-    return at::cat({s, at::zeros({1}, at::kFloat)});
-}
-
-// One function per row of core/sampler_list.h.
+// The rows of core/sampler_list.h whose function is here (the others: engine/samplers/).
 at::Tensor sample_plms(const SamplerRun& r) {
     const bool v = r.s.parameterization == Parameterization::V;
     return run_plms(v ? v_to_eps(r.model, r.ac) : r.model, r.noise, r.ac, r.s.steps, r.s.schedule, r.draws, r.on_step);
@@ -448,47 +205,6 @@ at::Tensor sample_ddim(const SamplerRun& r) {
                     blend_after(r, [&](int i) { return noised(first - i - 1); }), r.on_step);
 }
 
-at::Tensor sample_euler(const SamplerRun& r) {
-    KRun k = k_run(r);
-    return run_euler(k.denoiser, std::move(k.x), k.sigmas, r.draws, k.after, r.on_step);
-}
-
-at::Tensor sample_euler_a(const SamplerRun& r) {
-    KRun k = k_run(r);
-    return run_euler_ancestral(k.denoiser, std::move(k.x), k.sigmas, r.draws, k.after, r.on_step);
-}
-
-// --schedule leading, and karras with init latents, are diffusers'
-// DPMSolverMultistepScheduler (init_noise_sigma 1); default, and karras for
-// txt2img, k-diffusion's sample_dpmpp_2m.
-at::Tensor sample_dpmpp_2m(const SamplerRun& r) {
-    const bool leading = r.s.schedule == "leading";
-    if (!leading && !(r.s.schedule == "karras" && r.img2img())) {
-        KRun k = k_run(r);
-        return run_dpmpp_2m(k.denoiser, std::move(k.x), k.sigmas, k.after, r.on_step);
-    }
-    at::Tensor sigmas;
-    std::vector<int> ts;
-    if (leading) {
-        ts = dpm_leading_timesteps(r.s.steps, static_cast<int>(r.ac.size()));
-        sigmas = sigmas_at(r.ac, ts);
-    } else {
-        std::tie(sigmas, ts) = dpm_karras_schedule(r.s.steps, r.ac);
-    }
-    const Parameterization p = r.s.parameterization;
-    if (!r.img2img()) return run_dpm_solver(r.model, p, r.noise, sigmas, ts, 0, nullptr, r.on_step);
-    const int count = static_cast<int>(ts.size());
-    const int t_start = diffusers_t_start(r.s.strength, count);
-    if (t_start == count) return r.x0;
-    auto noised = [&](int k) {
-        auto [alpha, sigma] = vp_alpha_sigma(sigmas[k]);
-        return alpha * r.x0 + sigma * r.noise;
-    };
-    at::Tensor x = r.from_noise() ? r.noise : noised(t_start);
-    return run_dpm_solver(r.model, p, x, sigmas, ts, t_start,
-                          blend_after(r, [&](int i) { return noised(t_start + i + 1); }), r.on_step);
-}
-
 at::Tensor sample_lcm(const SamplerRun& r) {
     const std::vector<int> ts = lcm_timesteps(r.s.steps, static_cast<int>(r.ac.size()));
     const Parameterization p = r.s.parameterization;
@@ -504,8 +220,6 @@ at::Tensor sample_lcm(const SamplerRun& r) {
                    blend_after(r, [&](int i) { return noised(t_start + i + 1); }), r.on_step);
 }
 
-}  // namespace
-
 // ---------------------------------------------------------------- public
 
 Parameterization parse_parameterization(const std::string& name) {
@@ -517,37 +231,6 @@ Parameterization parse_parameterization(const std::string& name) {
 at::Tensor model_sigmas(const std::vector<float>& ac) {
     auto a = at::tensor(ac, at::kFloat);
     return at::pow((1 - a) / a, 0.5);
-}
-
-at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<float>& ac) {
-    if (steps < 1) throw Error("steps must be at least 1, got " + std::to_string(steps));
-    auto sigmas = model_sigmas(ac);
-    const int64_t T = sigmas.size(0);
-    at::Tensor s;
-    if (schedule == "default") {
-        // get_sigmas: t_to_sigma(linspace(T - 1, 0, steps))
-        auto t = at::linspace(static_cast<double>(T - 1), 0.0, steps, at::kFloat);
-        auto low = t.floor().to(at::kLong), high = t.ceil().to(at::kLong);
-        auto w = t.frac();
-        auto log_sigmas = sigmas.log();
-        s = ((1 - w) * log_sigmas.index_select(0, low) + w * log_sigmas.index_select(0, high)).exp();
-    } else if (schedule == "karras") {
-        const double rho = 7.0;
-        const double min_inv_rho = std::pow(static_cast<double>(sigmas[0].item<float>()), 1 / rho);
-        const double max_inv_rho = std::pow(static_cast<double>(sigmas[T - 1].item<float>()), 1 / rho);
-        auto ramp = at::linspace(0.0, 1.0, steps, at::kFloat);
-        s = at::pow(ramp * (min_inv_rho - max_inv_rho) + max_inv_rho, rho);
-    } else if (schedule == "trailing" || schedule == "leading") {
-        // diffusers' Euler schedulers: the model's sigmas at the timesteps
-        // (np.interp at whole timesteps is the table's value).
-        auto ts = schedule == "trailing" ? trailing_timesteps(steps, static_cast<int>(T))
-                                         : compvis_timesteps(steps, static_cast<int>(T), "leading");
-        if (schedule == "leading") std::reverse(ts.begin(), ts.end());
-        s = sigmas.index_select(0, at::tensor(std::vector<int64_t>(ts.begin(), ts.end()), at::kLong));
-    } else {
-        throw Error("unknown schedule '" + schedule + "' (choose default, karras, leading or trailing)");
-    }
-    return at::cat({s, at::zeros({1}, at::kFloat)});
 }
 
 at::Tensor sgm_sigmas(int steps, const std::vector<float>& ac32, double linear_start, double linear_end) {
@@ -627,11 +310,16 @@ at::Tensor sigma_to_t(const at::Tensor& sigma, const at::Tensor& log_sigmas) {
 at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noise, const std::vector<float>& ac,
                   StepNoise& draws, const StepFn& on_step, const at::Tensor& init_latents, const InpaintBlend* blend) {
     check_sampler_settings(s.sampler, s.schedule);
+    check_beta_parameter("the Beta schedule's alpha", s.beta_alpha);
+    check_beta_parameter("the Beta schedule's beta", s.beta_beta);
     using Fn = at::Tensor (*)(const SamplerRun&);
-#define SD_SAMPLER_FN(function, name, a1111, family, schedules) {name, &sample_##function},
+#define SD_SAMPLER_FN(function, name, ...) {name, &sample_##function},
     static const std::pair<const char*, Fn> functions[] = {SD_SAMPLERS(SD_SAMPLER_FN)};
 #undef SD_SAMPLER_FN
-    SamplerRun run{s, model, std::move(noise), ac, draws, on_step, {}, {}};
+    // The sampler functions see the schedule that runs ("automatic" is the sampler's own).
+    SamplerSettings runs = s;
+    runs.schedule = effective_schedule(s.sampler, s.schedule);
+    SamplerRun run{runs, model, std::move(noise), ac, draws, on_step, {}, {}};
     if (blend && !init_latents.defined()) throw Error("inpainting's latent blend needs the image latents");
     if (init_latents.defined()) {
         img2img_step_count(s.sampler, s.schedule, s.steps, s.strength,

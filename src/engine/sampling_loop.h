@@ -1,14 +1,16 @@
 // The samplers: CompVis PLMS and DDIM (eta = 0), op for op as ldm's plms.py /
 // ddim.py do them in float32 including their random draws, and the
-// k-diffusion Euler, Euler ancestral and DPM++ 2M samplers (crowsonkb/
-// k-diffusion sampling.py, CompVisDenoiser) with model or Karras sigmas,
+// k-diffusion samplers (crowsonkb/k-diffusion sampling.py, CompVisDenoiser;
+// engine/samplers/) with the schedules of k-diffusion and of the web UI,
 // diffusers' Euler schedulers with "leading" or "trailing" timesteps (the
 // SD-Turbo recipe), diffusers' DPMSolverMultistepScheduler (DPM++ 2M with
 // "leading" timesteps, or Karras sigmas in img2img) and diffusers' LCMScheduler.
 // Each can start from given latents (img2img, inpainting; issue 33).
 // Models predicting v instead of eps are handled here (see sample()).
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,7 +38,7 @@ Parameterization parse_parameterization(const std::string& name);
 
 struct SamplerSettings {
     std::string sampler = default_sampler();  // a name of sd/sampler_catalog.h
-    std::string schedule = "default";         // the sampler row's schedules (core/sampler_list.h)
+    std::string schedule = "default";         // the sampler row's schedules or "automatic" (core/sampler_list.h)
     int steps = 50;
     Parameterization parameterization = Parameterization::Eps;
     // SDXL (sgm): with the default schedule the k-samplers run as sgm's do (see sample()).
@@ -48,6 +50,15 @@ struct SamplerSettings {
     // img2img / inpainting (only with init latents): the share of the
     // schedule that runs, 0 < strength <= 1 (see sample()).
     double strength = 1.0;
+    // The web UI's choices (issue 35). eta: the noise of the samplers whose
+    // row has the "eta" option (k-diffusion's flavour only); unset: 1.
+    std::optional<double> eta;
+    double beta_alpha = 0.6, beta_beta = 0.6;  // --schedule beta's distribution
+    // The SDE samplers' Brownian trees (row option "brownian"): "a1111", one
+    // tree per image seeded with seeds[i]; "kdiffusion", one tree for the
+    // batch seeded by draws.next_tree_seed() before any other draw.
+    std::string brownian_tree = "a1111";
+    std::vector<uint64_t> seeds;  // the web UI's seed of each image of the batch (its all_seeds)
 };
 
 // The latent blend of inpainting with a plain 4-channel UNet (diffusers'
@@ -73,8 +84,14 @@ struct InpaintBlend {
 //     s_churn = 0 path still draws it);
 //   euler_a: one per step except the last, added at the end of the step;
 //     with --schedule leading|trailing (diffusers) one in every step, the last too;
-//   dpmpp_2m: none;
-//   lcm: one per step except the last, at the end of the step.
+//   dpmpp_2m, lms: none;
+//   lcm: one per step except the last, at the end of the step;
+//   heun, dpm_2: one per step, drawn at its start and discarded (as euler);
+//   dpm_2_a, dpmpp_2s_a: one per step that adds noise (not when the step
+//     goes to 0), at its end;
+//   dpmpp_sde, dpmpp_2m_sde(_heun), dpmpp_3m_sde: none from draws.next();
+//     their noise comes from Brownian trees (engine/brownian_tree.h, see
+//     SamplerSettings::brownian_tree), each result passed to draws.noted().
 // --schedule leading|trailing for euler and euler_a is diffusers'
 // (Euler[Ancestral]DiscreteScheduler): x_T = noise * init_noise_sigma, which
 // is sqrt(sigma_max^2 + 1) for leading and sigma_max for trailing, the UNet
@@ -127,12 +144,24 @@ at::Tensor sample(const SamplerSettings& s, const ModelFn& model, at::Tensor noi
 // k-diffusion pieces, exposed for tests (all float32 tensor ops, as the reference).
 // sigma_i = sqrt((1 - a_i) / a_i) for the model's alphas_cumprod, i = 0..T-1.
 at::Tensor model_sigmas(const std::vector<float>& alphas_cumprod);
-// The steps + 1 sigmas of a run, descending, last 0: "default" = k-diffusion's
-// get_sigmas (timesteps linspace(T-1, 0, steps), log-linear between the model's
-// sigmas); "karras" = get_sigmas_karras(steps, sigma_min, sigma_max, rho 7);
-// "leading", "trailing" = diffusers' Euler schedulers' sigmas at those
-// timesteps (schedule.h).
-at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<float>& alphas_cumprod);
+// The sigmas of a run, descending, last 0 (steps + 1 of them unless noted),
+// with sigma_min, sigma_max the model's smallest and largest sigma:
+//   "default" = k-diffusion's get_sigmas (timesteps linspace(T-1, 0, steps),
+//     log-linear between the model's sigmas; the web UI's "Uniform");
+//   "karras" = get_sigmas_karras(rho 7); "exponential" = get_sigmas_exponential;
+//   "polyexponential" = get_sigmas_polyexponential(rho 1);
+//   the web UI's (sd_schedulers.py, core/a1111_schedules.h): "sgm_uniform",
+//     "normal", "simple", "ddim" (steps + 2 sigmas when 1 + steps (T // steps) < T),
+//     "beta" (o.beta_alpha, o.beta_beta), "kl_optimal" (steps + 1 sigmas, the
+//     last sigma_min, no 0), "align_your_steps" (o.sdxl picks the SDXL list);
+//   "leading", "trailing" = diffusers' Euler schedulers' sigmas at those
+//     timesteps (schedule.h).
+struct KScheduleOptions {
+    bool sdxl = false;
+    double beta_alpha = 0.6, beta_beta = 0.6;
+};
+at::Tensor k_sigmas(const std::string& schedule, int steps, const std::vector<float>& alphas_cumprod,
+                    const KScheduleOptions& o = {});
 // sgm's LegacyDDPMDiscretization: the steps + 1 sigmas, last 0, at
 // sgm_timesteps (schedule.h), from the schedule recomputed in float64
 // (linear_start > 0) or from the float32 alphas_cumprod.

@@ -101,6 +101,9 @@ void check_hires_settings(const ModelConfig& c, const std::string& model_dir, co
 
 void check_settings(const ModelConfig& c, const std::string& model_dir, const GenerateSettings& s) {
     check_sampler_settings(s.sampler, s.schedule, s.steps);
+    check_beta_parameter("--beta-alpha", s.beta_alpha);
+    check_beta_parameter("--beta-beta", s.beta_beta);
+    check_brownian_tree(s.noise.brownian_tree);
     parse_parameterization(c.parameterization);
     const int T = static_cast<int>(c.alphas_cumprod.size());
     if (s.steps < 1 || s.steps > T)

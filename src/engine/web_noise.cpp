@@ -111,6 +111,21 @@ at::Tensor RunNoise::Draws::next(const at::Tensor& x) {
     return t;
 }
 
+uint64_t RunNoise::Draws::next_tree_seed() {
+    if (!gen) throw Error("--brownian-tree kdiffusion draws its seed from the tool's own generator: not with --rng nv, "
+                          "--ensd, --subseed or --seed-resize-from (use --brownian-tree a1111)");
+    return gen->next_tree_seed();
+}
+
+at::Tensor RunNoise::Draws::seeded_randn(uint64_t seed, at::IntArrayRef size) {
+    if (lane && lane->settings().rng == "nv") return RandomStream(true, seed).randn(size);
+    return StepNoise::seeded_randn(seed, size);
+}
+
+void RunNoise::Draws::noted(const at::Tensor& noise) {
+    if (log) log->push_back(noise.clone());
+}
+
 at::Tensor RunNoise::recorded() const {
     if (!record_ || log_.empty()) return {};
     for (const auto& t : log_)

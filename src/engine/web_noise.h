@@ -88,6 +88,12 @@ private:
     class Draws : public StepNoise {
     public:
         at::Tensor next(const at::Tensor& x) override;
+        // The Brownian tree's hooks (step_noise.h): k-diffusion's tree seed from the
+        // tool's own generator; a node's draw from a fresh generator of the source's
+        // kind (the web UI's randn_local); the tree's noise kept for --save-noise.
+        uint64_t next_tree_seed() override;
+        at::Tensor seeded_randn(uint64_t seed, at::IntArrayRef size) override;
+        void noted(const at::Tensor& noise) override;
         std::optional<GeneratorNoise> gen;  // the tool's own draws
         SeedNoise* lane = nullptr;          // or the web UI's
         std::vector<at::Tensor>* log = nullptr;

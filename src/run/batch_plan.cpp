@@ -43,6 +43,7 @@ void set_negative_prompt(S& settings, const std::string& negative, const std::st
 bool same_batch_settings(const PromptItem& a, const PromptItem& b) {
     return a.negative_prompt == b.negative_prompt && a.settings.sampler == b.settings.sampler &&
            a.settings.schedule == b.settings.schedule && a.settings.prompt_weights == b.settings.prompt_weights &&
+           a.settings.beta_alpha == b.settings.beta_alpha && a.settings.beta_beta == b.settings.beta_beta &&
            a.settings.steps == b.settings.steps && a.settings.scale == b.settings.scale &&
            a.settings.height == b.settings.height && a.settings.width == b.settings.width && a.n_iter == b.n_iter &&
            a.seed == b.seed && a.settings.clip_skip == b.settings.clip_skip && a.settings.loras == b.settings.loras &&
@@ -85,8 +86,6 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.scale) item.settings.scale = *o.scale;
     if (o.height) item.settings.height = *o.height;
     if (o.width) item.settings.width = *o.width;
-    if (o.sampler) item.settings.sampler = *o.sampler;
-    if (o.schedule) item.settings.schedule = *o.schedule;
     if (o.init_img) item.settings.init.path = *o.init_img;
     if (o.mask) item.settings.init.mask = *o.mask;
     if (o.outpaint) item.settings.init.outpaint = *o.outpaint;
@@ -100,6 +99,12 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.hires_upscaler) item.settings.hires.upscaler = *o.hires_upscaler;
     item.n_iter = o.n_iter.value_or(job.n_iter);
     try {  // before any model loads
+        if (o.sampler || o.schedule) {  // the web UI's names become ours
+            const SamplerName named = settle_sampler_names(o.sampler.value_or(item.settings.sampler),
+                                                           o.schedule.value_or(""), item.settings.schedule);
+            item.settings.sampler = named.sampler;
+            item.settings.schedule = named.schedule;
+        }
         check_sampler_settings(item.settings.sampler, item.settings.schedule, item.settings.steps);
     } catch (const Error& e) {
         if (item.line == 0) throw;
@@ -195,25 +200,12 @@ std::string expand_name(const std::string& pattern, int index, uint64_t seed, co
     return out;
 }
 
-namespace {
-
-// Our schedule names and the "Schedule type" names AUTOMATIC1111 writes for them.
-const std::pair<const char*, const char*> kScheduleNames[] = {
-    {"default", "Uniform"}, {"karras", "Karras"}, {"leading", "Leading"}, {"trailing", "Trailing"}};
-
-}  // namespace
-
-std::string schedule_a1111_name(const std::string& schedule) {
-    for (const auto& [ours, a1111] : kScheduleNames)
-        if (schedule == ours) return a1111;
-    return "Uniform";
-}
+// The "Schedule type" labels are the sampler catalog's (core/sampler_list.h).
+std::string schedule_a1111_name(const std::string& schedule) { return schedule_label(schedule); }
 
 std::string schedule_from_a1111_name(const std::string& name) {
-    if (name == "Automatic") return "default";  // AUTOMATIC1111's own default
-    for (const auto& [ours, a1111] : kScheduleNames)
-        if (name == a1111) return ours;
-    return "";
+    const std::string ours = schedule_name(name);  // "Automatic" is the sampler's own, as in the web UI
+    return schedule_label(ours) != ours ? ours : "";
 }
 
 namespace {

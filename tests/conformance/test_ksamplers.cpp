@@ -147,8 +147,8 @@ TEST(KSamplers, UnetWithFractionalTimesteps) {
 }
 
 TEST(KSamplers, UnknownNamesAreOneLineErrors) {
-    EXPECT_THROW(sd::check_sampler_settings("heun", "default"), std::runtime_error);
-    EXPECT_THROW(sd::check_sampler_settings("euler", "exponential"), std::runtime_error);
+    EXPECT_THROW(sd::check_sampler_settings("heun9", "default"), std::runtime_error);
+    EXPECT_THROW(sd::check_sampler_settings("euler", "exponentail"), std::runtime_error);
     EXPECT_THROW(sd::check_sampler_settings("plms", "karras"), std::runtime_error);
     EXPECT_NO_THROW(sd::check_sampler_settings("dpmpp_2m", "karras"));
     EXPECT_NO_THROW(sd::check_sampler_settings("ddim", "default"));

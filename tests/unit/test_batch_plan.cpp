@@ -167,7 +167,7 @@ TEST(Metadata, ParametersTextReadsBack) {
         "Model hash: abc, Model: sd15, Version: v1.9.4",
         "a.png");
     EXPECT_EQ(a.sampler, "euler_a");
-    EXPECT_EQ(a.schedule, sd::schedule_from_a1111_name("Automatic"));  // the catalog's "Automatic"
+    EXPECT_EQ(a.schedule, "automatic");  // the web UI's choice for the sampler (issue 35)
     EXPECT_FALSE(a.seed_mode.has_value());
     EXPECT_EQ(a.writer, sd::TextWriter::web_ui);
     EXPECT_THROW(sd::parse_parameters_text("a fox", "b.png"), sd::Error);

@@ -2,10 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 #include <set>
 #include <string>
 
 #include "sd/error.h"
+#include "core/a1111_schedules.h"
 #include "core/schedule.h"
 #include "sd/sampler_catalog.h"
 
@@ -23,12 +26,22 @@ TEST(SamplerList, NamesAreUniqueAndTheFirstIsTheDefault) {
 
 TEST(SamplerList, UnknownNamesAndSchedulesAreOneLineErrors) {
     try {
-        sd::sampler_info("heun");
+        sd::sampler_info("heun9");
         FAIL();
     } catch (const sd::Error& e) {
         EXPECT_NE(std::string(e.what()).find("choose " + sd::sampler_choices()), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("\"DPM++ 2M SDE Heun\""), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
     }
-    EXPECT_THROW(sd::check_sampler_settings("euler", "exponential"), sd::Error);
+    try {
+        sd::check_sampler_settings("euler", "Karass");
+        FAIL();
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("align_your_steps"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("\"Align Your Steps\""), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(sd::check_sampler_settings("euler", "exponentail"), sd::Error);
+    EXPECT_THROW(sd::check_sampler_settings("heun", "trailing"), sd::Error);  // diffusers' schedulers: Euler only
     EXPECT_THROW(sd::check_sampler_settings("plms", "karras"), sd::Error);
     EXPECT_NO_THROW(sd::check_sampler_settings("dpmpp_2m", "karras"));
 }
@@ -159,4 +172,145 @@ TEST(SamplerList, Img2ImgSteps) {
     EXPECT_THROW(sd::img2img_step_count("ddim", "default", 10, 0.0, 1000), sd::Error);
     EXPECT_THROW(sd::img2img_step_count("ddim", "default", 10, 1.01, 1000), sd::Error);
     EXPECT_THROW(sd::img2img_step_count("ddim", "default", 3, 0.5, 1000), sd::Error);  // CompVis refuses 3 steps
+}
+
+// The web UI's names (issue 35): its sampler names as its PNGs write them, its
+// "k_" aliases and 1.6-1.8 combined names, and its schedule labels.
+TEST(SamplerNames, WebUiNamesMapToOurs) {
+    const std::vector<std::pair<std::string, std::string>> samplers = {
+        {"Euler a", "euler_a"},          {"Euler", "euler"},
+        {"LMS", "lms"},                  {"Heun", "heun"},
+        {"DPM2", "dpm_2"},               {"DPM2 a", "dpm_2_a"},
+        {"DPM++ 2S a", "dpmpp_2s_a"},    {"DPM++ 2M", "dpmpp_2m"},
+        {"DPM++ SDE", "dpmpp_sde"},      {"DPM++ 2M SDE", "dpmpp_2m_sde"},
+        {"DPM++ 2M SDE Heun", "dpmpp_2m_sde_heun"}, {"DPM++ 3M SDE", "dpmpp_3m_sde"},
+        {"DDIM", "ddim"},                {"PLMS", "plms"},
+        {"LCM", "lcm"},                  {"k_dpmpp_2m_sde_heun", "dpmpp_2m_sde_heun"},
+        {"dpmpp_3m_sde", "dpmpp_3m_sde"}};
+    for (const auto& [web, ours] : samplers) {
+        const auto named = sd::parse_sampler_name(web);
+        EXPECT_EQ(named.sampler, ours) << web;
+        EXPECT_EQ(named.schedule, "") << web;
+    }
+    const std::vector<std::tuple<std::string, std::string, std::string>> combined = {
+        {"DPM++ 2M Karras", "dpmpp_2m", "karras"},
+        {"DPM++ 2M SDE Exponential", "dpmpp_2m_sde", "exponential"},
+        {"DPM++ 2M SDE Heun Karras", "dpmpp_2m_sde_heun", "karras"},
+        {"DPM++ 3M SDE Exponential", "dpmpp_3m_sde", "exponential"},
+        {"LMS Karras", "lms", "karras"},
+        {"DPM2 a Karras", "dpm_2_a", "karras"}};
+    for (const auto& [web, sampler, schedule] : combined) {
+        const auto named = sd::parse_sampler_name(web);
+        EXPECT_EQ(named.sampler, sampler) << web;
+        EXPECT_EQ(named.schedule, schedule) << web;
+    }
+    EXPECT_EQ(sd::parse_sampler_name("DPM fast").sampler, "DPM fast");  // unknown: unchanged, check names the choices
+    EXPECT_THROW(sd::sampler_info(sd::parse_sampler_name("DPM fast").sampler), sd::Error);
+    EXPECT_EQ(sd::parse_sampler_name("PLMS Karras").sampler, "PLMS Karras");  // CompVis samplers have no sigmas
+
+    const std::vector<std::pair<std::string, std::string>> schedules = {
+        {"Automatic", "automatic"}, {"Uniform", "default"}, {"Karras", "karras"},
+        {"Exponential", "exponential"}, {"Polyexponential", "polyexponential"}, {"SGM Uniform", "sgm_uniform"},
+        {"SGMUniform", "sgm_uniform"}, {"KL Optimal", "kl_optimal"}, {"Align Your Steps", "align_your_steps"},
+        {"Simple", "simple"}, {"Normal", "normal"}, {"DDIM", "ddim"}, {"Beta", "beta"}, {"karras", "karras"}};
+    for (const auto& [label, ours] : schedules) {
+        EXPECT_EQ(sd::schedule_name(label), ours) << label;
+        EXPECT_NO_THROW(sd::check_sampler_settings("dpmpp_2m_sde", ours)) << label;
+    }
+    EXPECT_EQ(sd::schedule_label("default"), "Uniform");
+    EXPECT_EQ(sd::schedule_label("align_your_steps"), "Align Your Steps");
+    EXPECT_EQ(sd::schedule_name("Karass"), "Karass");
+}
+
+TEST(SamplerNames, CombinedNamesAndSchedulesSettle) {
+    auto s = sd::settle_sampler_names("DPM++ 2M Karras", "", "default");
+    EXPECT_EQ(s.sampler, "dpmpp_2m");
+    EXPECT_EQ(s.schedule, "karras");
+    s = sd::settle_sampler_names("DPM++ 2M Karras", "Karras", "default");
+    EXPECT_EQ(s.schedule, "karras");
+    EXPECT_THROW(sd::settle_sampler_names("DPM++ 2M Karras", "Exponential", "default"), sd::Error);
+    s = sd::settle_sampler_names("Euler a", "Align Your Steps", "default");
+    EXPECT_EQ(s.sampler, "euler_a");
+    EXPECT_EQ(s.schedule, "align_your_steps");
+    s = sd::settle_sampler_names("DPM++ SDE", "", "leading");
+    EXPECT_EQ(s.schedule, "leading");  // no schedule given: the current one stays
+}
+
+// "Automatic" is the web UI's choice for the sampler; discard-penultimate and eta are row options.
+TEST(SamplerNames, AutomaticAndOptionsFollowTheWebUi) {
+    const std::vector<std::pair<std::string, std::string>> automatic = {
+        {"dpmpp_2m", "karras"},          {"dpmpp_sde", "karras"},   {"dpmpp_2m_sde", "exponential"},
+        {"dpmpp_2m_sde_heun", "exponential"}, {"dpmpp_2s_a", "karras"}, {"dpmpp_3m_sde", "exponential"},
+        {"euler_a", "default"},          {"euler", "default"},      {"lms", "default"},
+        {"heun", "default"},             {"dpm_2", "karras"},       {"dpm_2_a", "karras"},
+        {"ddim", "default"},             {"plms", "default"}};
+    for (const auto& [sampler, schedule] : automatic) {
+        EXPECT_EQ(sd::effective_schedule(sampler, "automatic"), schedule) << sampler;
+        EXPECT_NO_THROW(sd::check_sampler_settings(sampler, "automatic")) << sampler;
+    }
+    EXPECT_EQ(sd::effective_schedule("euler", "karras"), "karras");
+    for (const auto& s : sd::samplers()) {
+        const bool discard = s.name == "dpm_2" || s.name == "dpm_2_a" || s.name == "dpmpp_3m_sde";
+        EXPECT_EQ(s.has("discard_penultimate"), discard) << s.name;
+        EXPECT_EQ(s.has("brownian"), s.name.find("sde") != std::string::npos) << s.name;
+    }
+}
+
+// The web UI's DDIM schedule runs one step more when 1 + steps * (1000 // steps) < 1000.
+TEST(SamplerNames, StepCountsOfTheWebUiSchedules) {
+    EXPECT_EQ(sd::sampler_step_count("dpmpp_2m", "ddim", 12, 1000), 13);
+    EXPECT_EQ(sd::sampler_step_count("dpmpp_2m", "ddim", 10, 1000), 10);
+    EXPECT_EQ(sd::sampler_step_count("dpmpp_2m", "karras", 12, 1000), 12);
+    EXPECT_EQ(sd::sampler_step_count("dpm_2", "ddim", 11, 1000), 12);  // made for 12 (13 sigmas), one dropped
+    EXPECT_EQ(sd::ddim_schedule_indices(12, 1000).size(), 13u);
+    EXPECT_EQ(sd::ddim_schedule_indices(12, 1000).front(), 997);
+    EXPECT_EQ(sd::ddim_schedule_indices(12, 1000).back(), 1);
+    for (int steps = 1; steps <= 1000; ++steps)
+        EXPECT_EQ(sd::sampler_step_count("euler", "ddim", steps, 1000),
+                  static_cast<int>(sd::ddim_schedule_indices(steps, 1000).size()))
+            << steps;
+    const auto simple = sd::simple_schedule_indices(9, 1000);
+    EXPECT_EQ(simple.front(), 999);
+    EXPECT_EQ(simple[1], 999 - 111);
+    EXPECT_EQ(simple.size(), 9u);
+}
+
+// scipy.stats.beta.ppf's values at the web UI's 0.6, 0.6: the inverse of the incomplete beta.
+TEST(SamplerNames, BetaQuantiles) {
+    EXPECT_DOUBLE_EQ(sd::beta_quantile(0.5, 0.6, 0.6), 0.5);  // symmetric
+    EXPECT_EQ(sd::beta_quantile(0, 0.6, 0.6), 0.0);
+    EXPECT_EQ(sd::beta_quantile(1, 0.6, 0.6), 1.0);
+    for (double p : {0.01, 0.1, 0.3, 0.7, 0.95})
+        EXPECT_NEAR(sd::beta_quantile(p, 0.6, 0.6) + sd::beta_quantile(1 - p, 0.6, 0.6), 1.0, 1e-14) << p;
+    // Beta(1, 1) is uniform, Beta(2, 1) has x = sqrt(p).
+    EXPECT_NEAR(sd::beta_quantile(0.3, 1, 1), 0.3, 1e-15);
+    EXPECT_NEAR(sd::beta_quantile(0.3, 2, 1), std::sqrt(0.3), 1e-15);
+    const auto f = sd::beta_schedule_fractions(10, 0.6, 0.6);
+    ASSERT_EQ(f.size(), 10u);
+    EXPECT_EQ(f.front(), 1.0);
+    EXPECT_EQ(f.back(), 0.0);
+    EXPECT_TRUE(std::is_sorted(f.rbegin(), f.rend()));
+}
+
+TEST(SamplerNames, AlignYourStepsLists) {
+    const auto eleven = sd::align_your_steps_sigmas(11, false);
+    EXPECT_EQ(eleven.front(), 14.615);
+    EXPECT_EQ(eleven.back(), 0.029);
+    EXPECT_EQ(eleven[5], 1.396);
+    EXPECT_EQ(sd::align_your_steps_sigmas(11, true)[5], 0.862);
+    const auto ten = sd::align_your_steps_sigmas(10, false);
+    ASSERT_EQ(ten.size(), 10u);
+    EXPECT_NEAR(ten.front(), 14.615, 1e-12);
+    EXPECT_NEAR(ten.back(), 0.029, 1e-15);
+    EXPECT_TRUE(std::is_sorted(ten.rbegin(), ten.rend()));
+    EXPECT_GT(ten[1], eleven[2]);
+    EXPECT_LT(ten[1], eleven[1]);
+}
+
+TEST(SamplerNames, BetaParametersAndTreeModes) {
+    EXPECT_EQ(sd::check_beta_parameter("--beta-alpha", 0.6), 0.6);
+    for (double bad : {0.0, -1.0, 101.0, std::nan("")}) EXPECT_THROW(sd::check_beta_parameter("--beta-alpha", bad), sd::Error);
+    EXPECT_NO_THROW(sd::check_brownian_tree("a1111"));
+    EXPECT_NO_THROW(sd::check_brownian_tree("kdiffusion"));
+    EXPECT_THROW(sd::check_brownian_tree("torchsde"), sd::Error);
 }
