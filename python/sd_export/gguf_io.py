@@ -142,9 +142,9 @@ class GgufFile:
             raise c.fail(f"version {version} (this reader reads versions 2 and 3)")
         n_tensors, n_kv = c.unpack("<QQ", "counts")
         if n_kv > (c.size - c.pos) // MIN_KV_BYTES:
-            raise c.fail(f"{n_kv} key-values cannot fit in {c.size} bytes")
+            raise ExportError(f"{c.path} is truncated or corrupt: {n_kv} key-values cannot fit in its {c.size} bytes")
         if n_tensors > (c.size - c.pos) // MIN_TENSOR_INFO_BYTES:
-            raise c.fail(f"{n_tensors} tensors cannot fit in {c.size} bytes")
+            raise ExportError(f"{c.path} is truncated or corrupt: {n_tensors} tensors cannot fit in its {c.size} bytes")
         alignment, keys = DEFAULT_ALIGNMENT, set()
         for i in range(n_kv):
             key = c.string(f"key {i}")
