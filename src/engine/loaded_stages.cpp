@@ -108,6 +108,7 @@ at::ScalarType LoadedStages::weight_type(const std::string& path) const {
 
 // oneDNN's layout is for fp32 on a CPU only.
 bool LoadedStages::prepack_applies(const std::string& path) const {
+    if (q8_unet_ && path == config_.unet_path) return false;  // its convolutions expand 8-bit weights per call
     return device_.is_cpu() && compute_type_ == at::kFloat && weight_type(path) == at::kFloat;
 }
 

@@ -3,6 +3,7 @@ of an export of the same weights written as float32 safetensors (ggml's expanded
 place of the quantized ones, the rest from the tiny checkpoint). Needs SD_TXT2IMG (the tool)
 and ../shared/conformance/gguf."""
 
+import io
 import os
 import struct
 import subprocess
@@ -72,11 +73,26 @@ class GgufImages(unittest.TestCase):
     def test_q8_0_gguf_export_equals_float32_export(self):
         gguf = self.export(os.path.join(GGUF, "tiny-q8_0.gguf"), "from-gguf")
         float32 = self.export(self.float32, "from-float32")
+        type(self).gguf_model = gguf
         original = self.export(TINY, "from-original")
         got = self.images(gguf)
         self.assertEqual(got, self.images(float32))
         # The comparison can fail: the unquantized checkpoint's pixels differ.
         self.assertNotEqual([pixel_data(p) for p in got], [pixel_data(p) for p in self.images(original)])
+
+    def test_q8_weights_close_to_fp32(self):
+        # --weights q8: the UNet narrowed to 8-bit blocks at load; its pictures differ from fp32's
+        # (the convolutions, f32 in the GGUF file, are narrowed too) but only slightly.
+        import numpy as np
+        from PIL import Image
+        model = getattr(self, "gguf_model", None) or self.export(os.path.join(GGUF, "tiny-q8_0.gguf"), "from-gguf-2")
+        fp32, q8 = self.images(model, "--weights", "fp32"), self.images(model, "--weights", "q8")
+        for a, b in zip(fp32, q8):
+            x = np.asarray(Image.open(io.BytesIO(a)), dtype=np.float64)
+            y = np.asarray(Image.open(io.BytesIO(b)), dtype=np.float64)
+            mse = float(np.mean((x - y) ** 2))
+            self.assertGreater(mse, 0.0)
+            self.assertGreater(10 * np.log10(255.0 ** 2 / mse), 35.0)
 
 
 if __name__ == "__main__":
