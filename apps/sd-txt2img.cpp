@@ -330,7 +330,9 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--precision", f.precision,
                    "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
         ->capture_default_str();
-    app.add_option("--weights", f.weights, "how the UNet and VAE weights are held: auto (as computed), fp32 or fp16")
+    app.add_option("--weights", f.weights,
+                   "how the UNet and VAE weights are held: auto (as computed), fp32, fp16, or q8 (UNet in 8-bit "
+                   "blocks, GGUF q8_0; VAE fp32)")
         ->capture_default_str();
     app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
     app.add_flag("--dry-run", f.dry_run,

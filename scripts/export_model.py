@@ -2,12 +2,12 @@
 """Export a Stable Diffusion 1.x, 2.x or SDXL base model to the model directory the C++
 program reads.
 
-    export_model.py CHECKPOINT --out DIR [--config LDM.yaml] [--text-config TEXT.json]
+    export_model.py CHECKPOINT --out DIR [--unet-gguf FILE] [--config LDM.yaml] [--text-config TEXT.json]
                     [--text-config-2 TEXT2.json] [--tokenizer DIR] [--dtype float32|float16]
                     [--parameterization eps|v]
     export_model.py --random-init --out DIR [--seed N] [--config ...] [--text-config ...]
 
-CHECKPOINT is a single-file CompVis / Stability-AI checkpoint (`.safetensors` or `.ckpt`)
+CHECKPOINT is a single-file CompVis / Stability-AI checkpoint (`.safetensors`, `.ckpt` or `.gguf`)
 or a diffusers folder (model_index.json, unet/, vae/, text_encoder/, tokenizer/,
 scheduler/; SDXL: also text_encoder_2/, tokenizer_2/).  The family is told by the keys
 (`cond_stage_model.transformer.*`: SD 1.x's CLIP ViT-L text encoder;

@@ -6,6 +6,8 @@ weights_only=True), and a diffusers folder's weight files read as one checkpoint
 
 import os
 
+from .gguf_io import MAGIC as GGUF_MAGIC
+from .gguf_io import GgufFile
 from .report import ExportError, one_line
 from .safetensors_io import SafetensorsFile
 
@@ -175,6 +177,8 @@ def file_sha256(path):
 def open_weight_file(path):
     if not os.path.exists(path):
         raise ExportError(f"checkpoint {path} does not exist")
+    if path.lower().endswith(".gguf"):
+        return GgufFile(path)
     if path.lower().endswith(".safetensors"):
         return SafetensorsFile(path)
     try:
@@ -182,6 +186,8 @@ def open_weight_file(path):
             magic = f.read(4)
     except OSError as e:
         raise ExportError(f"cannot open {path}: {e.strerror or e}")
+    if magic == GGUF_MAGIC:
+        return GgufFile(path)
     # zip (torch.save) or a legacy pickle; anything else is tried as safetensors.
     if magic.startswith(b"PK") or magic[:1] == b"\x80" or not magic:
         return TorchCheckpoint(path)

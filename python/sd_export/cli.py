@@ -39,7 +39,7 @@ def check_default_recipe(p, args):
 def parse_args(argv):
     p = argparse.ArgumentParser(prog=PROG, description="Export a Stable Diffusion 1.x, 2.x or SDXL base checkpoint "
                                 "(.safetensors, .ckpt or a diffusers folder) to TorchScript files for the C++ program.")
-    p.add_argument("checkpoint", nargs="?", help="single-file .safetensors / .ckpt, or a diffusers folder")
+    p.add_argument("checkpoint", nargs="?", help="single-file .safetensors / .ckpt / .gguf, or a diffusers folder")
     p.add_argument("--out", required=True, help="output model directory")
     p.add_argument("--config", help="LDM config yaml (v1-inference.yaml / v2-inference-v.yaml / sgm's "
                    "sd_xl_base.yaml schema); default: SD 1.x, 2.x or SDXL base sizes, detected from the checkpoint")
@@ -73,6 +73,9 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seed for --random-init (default 0)")
     p.add_argument("--vae", help="a standalone VAE (.safetensors / .ckpt, e.g. vae-ft-mse-840000-ema-pruned) whose "
                    "decoder weights replace the checkpoint's")
+    p.add_argument("--unet-gguf", metavar="FILE",
+                   help="a UNet-only GGUF file (stable-diffusion.cpp or ComfyUI-GGUF; f32/f16/bf16/q8_0/q4_0/q4_1/"
+                   "q5_0/q5_1) whose UNet replaces CHECKPOINT's; the text encoder and VAE come from CHECKPOINT")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:WEIGHT]",
                    help="bake a LoRA .safetensors into the weights (repeatable, merged in order; weight 1 by default)")
     args = p.parse_args(argv)
@@ -85,6 +88,8 @@ def parse_args(argv):
     check_default_recipe(p, args)
     if args.vae and args.random_init:
         p.error("--vae replaces a checkpoint's VAE; it does not go with --random-init")
+    if args.unet_gguf and args.random_init:
+        p.error("--unet-gguf takes the text encoder and VAE from a CHECKPOINT; it does not go with --random-init")
     if not args.random_init and not args.checkpoint:
         p.error("CHECKPOINT is required (or --random-init)")
     return args

@@ -13,6 +13,7 @@ from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, SDXL_SCHEDULE, SDX
 from .keymaps import SDXL_TEXT_2_PREFIX, checkpoint_key_maps, has_vae_encoder
 from .lora import bake_loras, parse_lora_arg
 from .report import PROG, ExportError, say
+from .unet_override import UnetOverride
 from .weights import build_modules, check_keys, load_weights, random_init
 
 
@@ -48,6 +49,10 @@ def resolve(args):
         if folder:
             raise ExportError("--vae is for single-file checkpoints; replace a diffusers folder's vae/ folder instead")
         ckpt = VaeOverride(ckpt, args.vae)
+    if getattr(args, "unet_gguf", None):
+        if folder:
+            raise ExportError("--unet-gguf is for single-file checkpoints (the text encoder and VAE come from it)")
+        ckpt = UnetOverride(ckpt, args.unet_gguf)
     r = {"ckpt": ckpt, "folder": folder, "tokenizer_dir": args.tokenizer, "text_2": None}
     detected = detect_family(ckpt) if ckpt and not folder else None
     if ldm and detected and ldm["family"] != detected:
@@ -262,10 +267,11 @@ def export(args):
         # cache checks an entry against (a diffusers folder has no one file to hash).
         info["source_sha256"] = file_sha256(args.checkpoint)
     stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info)
+    source_text = source
+    if getattr(args, "unet_gguf", None):
+        source_text += f" with UNet {os.path.basename(args.unet_gguf)}"
     if getattr(args, "vae", None):
-        source_text = f"{source} with VAE {os.path.basename(args.vae)}"
-    else:
-        source_text = source
+        source_text += f" with VAE {os.path.basename(args.vae)}"
     kind = unet_input_kinds(unet_cfg["out_channels"])[unet_cfg["in_channels"]]
     say(f"{PROG}: exported {source_text} -> {out} ({family}, {kind}, {schedule['parameterization']}, {args.dtype}, "
         f"size multiple {info['size_multiple']}) in {time.time() - start:.1f} s")

@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include "engine/lora_merge.h"
+#include "engine/q8_weights.h"
 #include "engine/runtime.h"
 #include "engine/stage_loader.h"
 #include "engine/vae_override.h"
@@ -51,8 +52,8 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
         throw Error(
             "--precision fp16 is not available on CPU: LibTorch 1.13 has no fp16 convolution kernels on CPU; "
             "use --precision fp32 (--weights fp16 still halves the weights)");
-    if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16")
-        throw Error("unknown --weights '" + o.weights + "' (auto, fp32 or fp16)");
+    if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16" && o.weights != "q8")
+        throw Error("unknown --weights '" + o.weights + "' (auto, fp32, fp16 or q8)");
     c.weights = o.weights == "auto" ? c.precision : o.weights;
     return c;
 }
@@ -70,7 +71,8 @@ LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& co
       times_(times),
       device_(compute.device),
       compute_type_(dtype_named(compute.precision)),
-      held_type_(dtype_named(compute.weights)) {}
+      held_type_(dtype_named(compute.weights)),
+      q8_unet_(compute.weights == "q8") {}
 
 torch::jit::Module& LoadedStages::text_encoder() {
     return load(text_encoder_, config_.text_encoder_path, &times_.text_load);
@@ -106,6 +108,7 @@ at::ScalarType LoadedStages::weight_type(const std::string& path) const {
 
 // oneDNN's layout is for fp32 on a CPU only.
 bool LoadedStages::prepack_applies(const std::string& path) const {
+    if (q8_unet_ && path == config_.unet_path) return false;  // its convolutions expand 8-bit weights per call
     return device_.is_cpu() && compute_type_ == at::kFloat && weight_type(path) == at::kFloat;
 }
 
@@ -122,6 +125,13 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         std::vector<LoraMerge> merges;
         for (const auto& use : merged_loras_) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
         edit = [lora_stage, merges](torch::jit::Module& m) { merge_loras(m, lora_stage, merges); };
+    }
+    if (q8_unet_ && path == config_.unet_path) {
+        // 8-bit UNet weights: narrowed after any LoRA is merged, layer by layer.
+        edit = [edit, path](torch::jit::Module& m) {
+            if (edit) edit(m);
+            narrow_to_q8(m, path);
+        };
     }
     slot = load_stage(path, weight_type(path), device_, vae ? &vae_override_ : nullptr, edit);
     if (prepack_ && prepack_applies(path)) {

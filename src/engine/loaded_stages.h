@@ -28,6 +28,8 @@ public:
     const c10::Device& device() const { return device_; }
     at::ScalarType held_type() const { return held_type_; }
     at::ScalarType compute_type() const { return compute_type_; }
+    // --weights q8: the UNet's layers held as 8-bit blocks (engine/q8_weights.h), the VAE in fp32.
+    bool q8_unet() const { return q8_unet_; }
 
     // Each stage, loaded now if it is not (the load's seconds go to StageTimes).
     torch::jit::Module& text_encoder();
@@ -80,6 +82,7 @@ private:
     at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
     Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_, vae_encoder_;
     bool prepack_ = false, unet_packed_ = false;
+    bool q8_unet_ = false;
     std::map<std::string, at::Tensor> vae_override_;
     std::vector<LoraUse> merged_loras_;
     mutable std::map<std::string, LoraFile> lora_files_;

@@ -259,6 +259,8 @@ double MemoryPlan::resident_total() const { return base + text.weights + unet.we
 
 namespace {
 
+constexpr double kQ8BytesPerValue = 34.0 / 32.0;  // GGUF q8_0: an fp16 scale and 32 int8 a block
+
 // The last tenth of the budget is never given to the cache: it is the margin
 // for the error of the plan without it (an fp16-weight run measured 5% over).
 constexpr double kCacheMargin = 0.1;
@@ -293,7 +295,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double rows = p.unet_rows;
 
     p.half_weights = r.half_weights;
-    p.compute = std::string("fp32 on cpu, weights held in ") + (r.half_weights ? "fp16" : "fp32");
+    p.compute = std::string("fp32 on cpu, weights held in ") + (r.half_weights ? "fp16" : r.q8_weights ? "q8" : "fp32");
     p.ff_chunk = kFeedForwardChunk;
     p.conv_split = static_cast<int64_t>(kConvSplitBytes);
     // Weights as held: the text encoder always in fp32, the others as asked.
@@ -315,11 +317,18 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     p.text.beside_scores = p.text.activations;
 
     weights(p.unet, m.unet_weights, r.half_weights);
+    if (r.q8_weights) {
+        // 34 bytes a block of 32 values; narrowing holds one layer in fp32 beside its file pages.
+        p.unet.weights = m.unet_weights * kQ8BytesPerValue / (m.half_file ? 2.0 : 4.0);
+        p.unet.load = p.unet.weights + 2.0 * std::min(m.unet_weights, m.unet_largest_conv_bytes);
+    }
     p.unet.load += r.unet_lora_bytes;
     const double hw = h * w;
-    // fp16 weights add the fp32 copy of the layer that runs.
+    // fp16 weights add the fp32 copy of the layer that runs; 8-bit ones the int8 values
+    // widened and the product (two fp32 copies of the layer).
     const double conv = std::min(m.unet_largest_conv_bytes, kConvSplitBytes);
-    p.unet.activations = (kUnetFixedPerLargestConv + (r.half_weights ? 1.0 : 0.0)) * conv +
+    const double expansion = r.q8_weights ? 2.0 : r.half_weights ? 1.0 : 0.0;
+    p.unet.activations = (kUnetFixedPerLargestConv + expansion) * conv +
                          rows * hw * 4.0 * (m.unet_skip_floats + kUnetTransientPerChannel * m.model_channels);
     if (m.attn_level >= 0) {
         const double n = hw / std::pow(4.0, m.attn_level);

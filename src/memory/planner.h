@@ -22,6 +22,7 @@ struct MemoryRequest {
     std::optional<int> unet_rows;               // rows per UNet pass (2 per image with guidance)
     std::optional<int> vae_tile;                // latent tile edge; 0 = no tiling
     bool half_weights = false;                  // --weights fp16: UNet and VAE weights held in fp16
+    bool q8_weights = false;                    // --weights q8: UNet weights in 8-bit blocks (never chosen here)
     // --prepack; false where it cannot apply (not fp32 on a CPU), unset: on when it fits.
     std::optional<bool> prepack;
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).

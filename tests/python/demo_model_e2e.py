@@ -74,7 +74,8 @@ class DemoModelDrawsThePrompt(unittest.TestCase):
         cls.images, cls.records = {}, {}
         for name, captions, scale, extra in (("default", cls.held_out, None, ()), ("1", cls.held_out, 1.0, ()),
                                              ("0", cls.held_out, 0.0, ()), ("swapped", cls.swapped, None, ()),
-                                             ("7.5", cls.held_out, 7.5, ("--steps", "100"))):
+                                             ("7.5", cls.held_out, 7.5, ("--steps", "100")),
+                                             ("q8", cls.held_out, None, ("--weights", "q8"))):
             d = os.path.join(cls.tmp.name, name)
             os.makedirs(d)
             cls.images[name], cls.records[name] = generate(captions, scale, d, extra)
@@ -82,6 +83,7 @@ class DemoModelDrawsThePrompt(unittest.TestCase):
                      "held-out, scale 1": pass_rate(cls.images["1"], cls.held_out),
                      "held-out, scale 0": pass_rate(cls.images["0"], cls.held_out),
                      "held-out, scale 7.5, PLMS 100 steps": pass_rate(cls.images["7.5"], cls.held_out),
+                     "held-out, --weights q8": pass_rate(cls.images["q8"], cls.held_out),
                      "swapped prompts vs held-out captions": pass_rate(cls.images["swapped"], cls.held_out),
                      "swapped prompts vs their own captions": pass_rate(cls.images["swapped"], cls.swapped),
                      "held-out pictures vs swapped captions": pass_rate(cls.images["default"], cls.swapped)}
@@ -116,6 +118,12 @@ class DemoModelDrawsThePrompt(unittest.TestCase):
         r = self.records["7.5"][0]
         self.assertEqual((r["scale"], r["steps"], r["sampler"]), (7.5, 100, "plms"))
         self.assertGreaterEqual(self.rates["held-out, scale 7.5, PLMS 100 steps"], PASS_RATE)
+
+    def test_q8_weights_still_draw_the_captions(self):
+        # Issue 37: the UNet in 8-bit blocks (--weights q8) keeps the picture check's pass rate,
+        # and the pictures are its own (narrowed), not fp32's.
+        self.assertGreaterEqual(self.rates["held-out, --weights q8"], PASS_RATE)
+        self.assertFalse(all(np.array_equal(a, b) for a, b in zip(self.images["q8"], self.images["default"])))
 
 
 class HeldOutIsHeldOut(unittest.TestCase):

@@ -40,12 +40,30 @@ def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tenso
     return t.to(dtype)
 
 
+# 8-bit weights (`--weights q8`, src/engine/q8_weights.h): the C++ program may hold a
+# layer's weight as int8 with one fp16 scale per block of 32 values along each output
+# row (GGUF's q8_0 blocks), the scales [out, row / 32] in `weight_scale`. The layer
+# expands it as it runs: value = scale * q, one product in the compute dtype (exact in
+# fp32, so a q8_0 GGUF's weights compute as ggml's to_float gives them).
+def _expand(w: torch.Tensor, scale: Optional[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    if scale is None:
+        return w.to(dtype)
+    blocks = w.reshape(scale.shape[0], scale.shape[1], 32).to(dtype) * scale.to(dtype).unsqueeze(2)
+    return blocks.reshape(w.shape)
+
+
 class Linear(nn.Linear):
     """F.linear through sd::linear (sd_export/ops.py): the C++ program runs it
     with oneDNN instead of LibTorch's OpenBLAS path."""
 
+    weight_scale: Optional[torch.Tensor]  # None, or the 8-bit weight's scales (_expand)
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__(in_features, out_features, bias=bias)
+        self.weight_scale = None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.sd.linear(x, self.weight.to(x.dtype), _cast(self.bias, x.dtype))
+        return torch.ops.sd.linear(x, _expand(self.weight, self.weight_scale, x.dtype), _cast(self.bias, x.dtype))
 
 
 class Conv2d(nn.Conv2d):
@@ -57,9 +75,12 @@ class Conv2d(nn.Conv2d):
     own layout (an mkldnn tensor, src/engine/stage_loader.cpp "prepack"): the
     layer then convolves with it directly and nothing is copied per call."""
 
+    weight_scale: Optional[torch.Tensor]  # None, or the 8-bit weight's scales (_expand)
+
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
         self.conv_split: int = 0
+        self.weight_scale = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -70,14 +91,18 @@ class Conv2d(nn.Conv2d):
         per_call = out_ch
         if self.conv_split > 0:
             per_call = max(1, self.conv_split // (w[0].numel() * 4))
+        scale = self.weight_scale
         if per_call >= out_ch:
-            return self._conv_forward(x, w.to(x.dtype), _cast(self.bias, x.dtype))
+            return self._conv_forward(x, _expand(w, scale, x.dtype), _cast(self.bias, x.dtype))
         parts: List[torch.Tensor] = []
         for start in range(0, out_ch, per_call):
             b = self.bias
             if b is not None:
                 b = b[start:start + per_call].to(x.dtype)
-            parts.append(self._conv_forward(x, w[start:start + per_call].to(x.dtype), b))
+            part_scale = scale
+            if part_scale is not None:
+                part_scale = part_scale[start:start + per_call]
+            parts.append(self._conv_forward(x, _expand(w[start:start + per_call], part_scale, x.dtype), b))
         return torch.cat(parts, 1)
 
 

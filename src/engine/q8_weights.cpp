@@ -1,0 +1,72 @@
+#include "engine/q8_weights.h"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#include "sd/error.h"
+
+namespace sd {
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+
+bool narrowable(const at::Tensor& w) {
+    if (!w.defined() || !w.is_floating_point() || w.is_mkldnn() || w.dim() < 2 || !w.device().is_cpu()) return false;
+    const int64_t rows = w.size(0);
+    return rows > 0 && w.numel() % rows == 0 && (w.numel() / rows) % kBlock == 0;
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> quantize_q8_0(const at::Tensor& w) {
+    const at::Tensor x = w.to(at::kFloat).contiguous();
+    const int64_t rows = x.size(0), blocks = x.numel() / kBlock;
+    at::Tensor q = at::empty(x.sizes(), at::TensorOptions().dtype(at::kChar));
+    at::Tensor d = at::empty({rows, x.numel() / rows / kBlock}, at::TensorOptions().dtype(at::kHalf));
+    const float* src = x.data_ptr<float>();
+    int8_t* qp = q.data_ptr<int8_t>();
+    at::Half* dp = d.data_ptr<at::Half>();
+    at::parallel_for(0, blocks, 1024, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            const float* v = src + b * kBlock;
+            float amax = 0.0f;
+            for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+            const float scale = amax / 127.0f;
+            const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+            dp[b] = at::Half(scale);
+            for (int64_t j = 0; j < kBlock; ++j) qp[b * kBlock + j] = static_cast<int8_t>(std::round(v[j] * inv));
+        }
+    });
+    return {q, d};
+}
+
+int narrow_to_q8(torch::jit::Module& m, const std::string& path) {
+    int narrowed = 0;
+    bool any_layer = false;
+    for (auto sub : m.modules()) {
+        if (!sub.hasattr("weight_scale") || !sub.hasattr("weight")) continue;
+        any_layer = true;
+        if (!sub.attr("weight_scale").isNone()) continue;  // already 8-bit
+        at::Tensor w = sub.attr("weight").toTensor();
+        if (!narrowable(w)) continue;
+        auto [q, d] = quantize_q8_0(w);
+        w.set_data(q);  // the old data's last use: its file pages go
+        sub.setattr("weight_scale", d);
+        ++narrowed;
+    }
+    if (!any_layer)
+        throw Error("--weights q8: model file " + path +
+                    " was exported before 8-bit weights existed; re-export it with this version's export_model.py");
+    // The rest (biases, norms, the few layers whose rows are not whole blocks) in fp32.
+    for (const auto& p : m.parameters()) {
+        if (p.is_floating_point() && p.scalar_type() != at::kFloat) {
+            at::Tensor t = p;
+            t.set_data(p.to(at::kFloat));
+        }
+    }
+    return narrowed;
+}
+
+}  // namespace sd

@@ -1,0 +1,53 @@
+// 8-bit weights (engine/q8_weights.h): GGUF q8_0 blocks as ggml quantizes them, and
+// the rounding they keep.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/q8_weights.h"
+
+namespace {
+
+// One block by the rule in ../shared/conformance/gguf/README.md's terms, value by value.
+void expect_block(const float* x, const int8_t* q, at::Half d) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float scale = amax / 127.0f;
+    EXPECT_EQ(static_cast<float>(d), static_cast<float>(at::Half(scale)));
+    for (int j = 0; j < 32; ++j) {
+        const float want = scale == 0 ? 0.0f : std::round(x[j] * (1.0f / scale));
+        EXPECT_EQ(q[j], static_cast<int8_t>(want)) << j;
+    }
+}
+
+}  // namespace
+
+TEST(Q8Weights, BlocksFollowGgmlQ8_0) {
+    at::manual_seed(3);
+    const at::Tensor w = at::randn({6, 4, 2, 8}) * at::rand({6, 1, 1, 1}) * 4;  // rows of 64: two blocks
+    w[2].zero_();                                                             // a zero block: scale 0
+    auto [q, d] = sd::quantize_q8_0(w);
+    ASSERT_EQ(q.sizes(), w.sizes());
+    ASSERT_EQ(d.sizes(), (at::IntArrayRef{6, 2}));
+    for (int64_t b = 0; b < w.numel() / 32; ++b)
+        expect_block(w.data_ptr<float>() + b * 32, q.data_ptr<int8_t>() + b * 32, d.data_ptr<at::Half>()[b]);
+    // Each block's largest value is +-127; the expansion is within half a step of the original, plus the
+    // scale's fp16 rounding (q is computed with the fp32 scale, as ggml does): 127 * 2^-11 of a step.
+    const at::Tensor expanded = (q.reshape({6, 2, 32}).to(at::kFloat) * d.to(at::kFloat).unsqueeze(2)).reshape(w.sizes());
+    const at::Tensor step = d.to(at::kFloat).repeat_interleave(32, 1).reshape(w.sizes());
+    EXPECT_TRUE(((expanded - w).abs() <= step * 0.57 + 1e-7).all().item<bool>());
+    EXPECT_EQ(q.abs().amax().item<int8_t>(), 127);
+}
+
+TEST(Q8Weights, AQ8_0BlockRequantizesToItself) {
+    // A GGUF q8_0 block expanded and narrowed again comes back unchanged (a q8_0 file
+    // given as float32 loses nothing more under --weights q8).
+    at::manual_seed(5);
+    at::Tensor qs = at::randint(-127, 128, {4, 32}, at::TensorOptions().dtype(at::kChar));
+    qs.index_put_({at::indexing::Slice(), 0}, 127);
+    const at::Tensor scales = (at::rand({4, 1}) * 0.05 + 1e-4).to(at::kHalf);
+    const at::Tensor x = qs.to(at::kFloat) * scales.to(at::kFloat);
+    auto [q, d] = sd::quantize_q8_0(x);
+    EXPECT_TRUE(at::equal(q, qs));
+    EXPECT_TRUE(at::equal(d.reshape({4, 1}), scales));
+}
