@@ -613,9 +613,6 @@ void check_png_against_model(const CLI::App& app, const sd::Pipeline& pipeline, 
 // The run itself: images to stdout as they are written, progress and notes to stderr.
 int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, sd::ProgressDisplay& progress,
              int& written) {
-    if (pipeline.compute().device == "cpu" && pipeline.compute().precision == "bf16")
-        std::cerr << "sd-txt2img: warning: bf16 compute on a CPU without bf16 instructions is 18-50x slower than fp32"
-                  << std::endl;
     sd::Txt2ImgEvents events;
     // --manifest: opened for appending, so shards' and resumed runs' lines add up.
     std::ofstream manifest;
