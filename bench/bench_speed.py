@@ -373,13 +373,14 @@ def set_attention(module, attention):
 
 def prepack(module):
     """What the CLI's prepack_convolutions does at load (src/engine/stage_loader.cpp):
-    3x3 convolutions' fp32 weights replaced by oneDNN's blocked layout."""
+    3x3 convolutions' fp32 (or bf16) weights replaced by oneDNN's blocked layout."""
     n = 0
     for _, mod in module.named_modules():
         if not hasattr(mod, "conv_split") or not hasattr(mod, "weight"):
             continue
         w = mod.weight
-        if (w.dim() != 4 or w.is_mkldnn or w.dtype != torch.float32 or w.shape[2] * w.shape[3] == 1
+        if (w.dim() != 4 or w.is_mkldnn or w.dtype not in (torch.float32, torch.bfloat16)
+                or w.shape[2] * w.shape[3] == 1
                 or w.shape[0] % 16 or w.shape[1] % 16):
             continue
         mod.weight = torch._C._nn.mkldnn_reorder_conv2d_weight(
@@ -408,23 +409,25 @@ def profile_forward(module, inputs, warmup, shapes=False):
 
 
 def profile_unet(path, size, rows, warmup, attention, context_len, context_dim, latent_channels, factor,
-                 shapes=False, packed=False):
-    unet = load_stage(path)
+                 shapes=False, packed=False, dtype=torch.float32):
+    unet = load_stage(path).to(dtype)
     set_attention(unet, attention)
     n_packed = prepack(unet) if packed else 0
     h = w = size // factor
-    inputs = (torch.randn(rows, latent_channels, h, w), torch.full((rows,), 501, dtype=torch.long),
-              torch.randn(rows, context_len, context_dim))
+    inputs = (torch.randn(rows, latent_channels, h, w).to(dtype), torch.full((rows,), 501, dtype=torch.long),
+              torch.randn(rows, context_len, context_dim).to(dtype))
     out = profile_forward(unet, inputs, warmup, shapes)
     out["packed"] = n_packed
     return out
 
 
-def profile_vae(path, size, warmup, attention, latent_channels, factor, shapes=False, packed=False):
-    vae = load_stage(path)
+def profile_vae(path, size, warmup, attention, latent_channels, factor, shapes=False, packed=False,
+                dtype=torch.float32):
+    vae = load_stage(path).to(dtype)
     set_attention(vae, attention)
     n_packed = prepack(vae) if packed else 0
-    out = profile_forward(vae, (torch.randn(1, latent_channels, size // factor, size // factor),), warmup, shapes)
+    out = profile_forward(vae, (torch.randn(1, latent_channels, size // factor, size // factor).to(dtype),), warmup,
+                          shapes)
     out["packed"] = n_packed
     return out
 
@@ -782,6 +785,9 @@ def main():
     cli_words = shlex.split(args.cli_args)
     prepack_off = "--prepack=off" in cli_words or ["--prepack", "off"] in map(list, zip(cli_words, cli_words[1:]))
     packed = args.profile_prepack == "on" or args.profile_prepack == "auto" and not prepack_off
+    # the profile computes as the CLI runs were asked to (--precision bf16: bf16 modules and inputs)
+    bf16 = "--precision=bf16" in cli_words or ["--precision", "bf16"] in map(list, zip(cli_words, cli_words[1:]))
+    dtype = torch.bfloat16 if bf16 else torch.float32
     if args.profile_size or args.profile_vae_size:
         if args.profile_attention == "auto":
             planned = plan_text(args, args.profile_size, cli_flags(args.bin)) if os.access(args.bin, os.X_OK) else None
@@ -790,13 +796,14 @@ def main():
         log(f"profiling one UNet forward at {args.profile_size}², {args.profile_rows} rows")
         profile = profile_unet(os.path.join(args.model, cfg.get("files", {}).get("unet", "unet.pt")),
                                args.profile_size, args.profile_rows, args.profile_warmup, args.profile_attention,
-                               ctx_len, ctx_dim, cfg.get("latent_channels", 4), factor, args.profile_shapes, packed)
+                               ctx_len, ctx_dim, cfg.get("latent_channels", 4), factor, args.profile_shapes, packed,
+                               dtype)
         profile["size"] = args.profile_size
     if args.profile_vae_size:
         log(f"profiling one VAE decode at {args.profile_vae_size}²")
         vae_profile = profile_vae(os.path.join(args.model, cfg.get("files", {}).get("vae_decoder", "vae_decoder.pt")),
                                   args.profile_vae_size, args.profile_warmup, args.profile_attention,
-                                  cfg.get("latent_channels", 4), factor, args.profile_shapes, packed)
+                                  cfg.get("latent_channels", 4), factor, args.profile_shapes, packed, dtype)
         vae_profile["size"] = args.profile_vae_size
 
     command = "/usr/bin/python3 bench/bench_speed.py " + " ".join(shlex.quote(a) for a in command_args(sys.argv[1:]))
