@@ -451,6 +451,7 @@ void use_model_defaults(const CLI::App& app, const sd::Pipeline& pipeline, Flags
     if (job.settings.init.active() && !app.count("--sampler") && !f.plms && job.settings.sampler == "plms")
         job.settings.sampler = "ddim";
     job.model_name = model_name(pipeline.config(), f.model_dir);
+    if (pipeline.compute().precision != "fp32") job.precision = pipeline.compute().precision;
     job.embeddings = pipeline.embeddings();  // for the PNG text's "TI hashes"
 }
 

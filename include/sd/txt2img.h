@@ -49,6 +49,9 @@ struct Txt2ImgJob {
     bool grid = false;
     std::string save_latents;  // .npy path, empty for none
     std::string model_name;    // recorded in the metadata
+    // The UNet's compute precision, recorded in the metadata ("Precision: bf16")
+    // when not fp32, as it changes the picture; empty: fp32.
+    std::string precision;
     // Remaking one image (--from-png): the first image's index (per-image seeds
     // are seed + index), and in compvis mode the one place of the batch to write.
     int first_index = 0;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include <torch/cuda.h>
 
 #include "engine/block_cache.h"
@@ -180,13 +182,16 @@ TEST(Precision, BfloatComputeRunsOnCpuNearTheReference) {
     auto args = sdtest::read_json(dir + "/args.json");
     const std::string out = sdtest::temp_dir();
     auto cmd = sdtest::case_cli_args(args, tiny_model(), out);  // the CLI and the case's flags
-    for (const char* a : {"--precision", "bf16", "--threads", "1", "--save-latents"}) cmd.push_back(a);
+    for (const char* a : {"--precision", "bf16", "--threads", "1", "--json", "--save-latents"}) cmd.push_back(a);
     cmd.push_back(out + "/latents.npy");
     auto r = run(cmd);
     if (r.exit_code == 1 && r.err.find("bf16 instructions") != std::string::npos)
         GTEST_SKIP() << "this CPU has no bf16 instructions: " << r.err;
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+    // The PNG text says so: the picture differs from an fp32 run's.
+    const auto image = nlohmann::json::parse(sdtest::lines(r.out).at(0));
+    EXPECT_NE(image.at("parameters").get<std::string>().find(", Precision: bf16"), std::string::npos) << r.out;
     const auto ref = sdtest::load_tensor(dir + "/latents.npy");
     const auto got = sdtest::load_tensor(out + "/latents.npy");
     ASSERT_EQ(ref.sizes(), got.sizes());
