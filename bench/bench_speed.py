@@ -4,9 +4,11 @@
 For each image size it runs the CLI (DDIM, batch 1, guidance: one UNet call on
 2 rows per step), reads the per-step times from its progress lines, and sets
 them against the UNet's arithmetic: the GFLOP of one guided step, counted from
-the architecture in model.json, divided by the fp32 GEMM peak measured in the
-same run with the same thread count (and, beside it, oneDNN's rate for the
-same product, the one the CLI's Linear layers get). It also times start to first step against
+the architecture in model.json, divided by the fp32 bound: the better of two
+fp32 GEMM peaks measured in the same run with the same thread count, OpenBLAS's
+`torch.mm` and oneDNN's inner product (the CLI's Linear layers). Where the CPU
+has avx512_bf16 or AMX it also measures a bf16 peak (a GEMM and a 3x3
+convolution through oneDNN) and prints each step's ratio to it. It also times start to first step against
 reading the model files from a warm cache, and prints the top operators of a
 LibTorch profile of one UNet forward. The result is printed as a Markdown
 block; --write-docs puts it between markers in docs/benchmarks.md.
@@ -120,14 +122,33 @@ def onednn_gemm_peak(n, repeats):
     return 2.0 * n ** 3 / t / 1e9
 
 
-def conv_peak(channels, size, batch, repeats):
-    """fp32 GFLOP/s of a 3x3 same-padding convolution channels->channels at size x size."""
-    x = torch.randn(batch, channels, size, size)
-    w = torch.randn(channels, channels, 3, 3)
-    bias = torch.randn(channels)
+def conv_peak(channels, size, batch, repeats, dtype=torch.float32):
+    """GFLOP/s of a 3x3 same-padding convolution channels->channels at size x size
+    (bf16: LibTorch sends it to oneDNN's bf16 convolution, AMX where present)."""
+    x = torch.randn(batch, channels, size, size).to(dtype)
+    w = torch.randn(channels, channels, 3, 3).to(dtype)
+    bias = torch.randn(channels).to(dtype)
     with torch.inference_mode():
         t = best_time(lambda: F.conv2d(x, w, bias, padding=1), repeats)
     return 2.0 * batch * channels * size * size * channels * 9 / t / 1e9
+
+
+def bf16_gemm_peak(n, repeats):
+    """bf16 GFLOP/s of an n x n x n product with fp32 accumulation: `torch.mm` on
+    bf16 tensors (LibTorch 1.13 gives it to oneDNN's bf16 matmul on a CPU with
+    avx512_bf16, AMX where present), and sd::linear on bf16 (the CLI's Linear
+    layers with --precision bf16) when the engine library has it. The better."""
+    a, b = torch.randn(n, n).bfloat16(), torch.randn(n, n).bfloat16()
+    with torch.inference_mode():
+        rates = {"torch.mm": 2.0 * n ** 3 / best_time(lambda: torch.mm(a, b), repeats) / 1e9}
+        if ENGINE_LIB:
+            rates["sd::linear"] = 2.0 * n ** 3 / best_time(lambda: torch.ops.sd.linear(a, b, None), repeats) / 1e9
+    return rates
+
+
+def cpu_bf16_flags(flags):
+    """The CPU's bf16 instructions, as /proc/cpuinfo names them."""
+    return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
 
 
 # --------------------------------------------------------------------------- FLOP count
@@ -352,13 +373,14 @@ def set_attention(module, attention):
 
 def prepack(module):
     """What the CLI's prepack_convolutions does at load (src/engine/stage_loader.cpp):
-    3x3 convolutions' fp32 weights replaced by oneDNN's blocked layout."""
+    3x3 convolutions' fp32 (or bf16) weights replaced by oneDNN's blocked layout."""
     n = 0
     for _, mod in module.named_modules():
         if not hasattr(mod, "conv_split") or not hasattr(mod, "weight"):
             continue
         w = mod.weight
-        if (w.dim() != 4 or w.is_mkldnn or w.dtype != torch.float32 or w.shape[2] * w.shape[3] == 1
+        if (w.dim() != 4 or w.is_mkldnn or w.dtype not in (torch.float32, torch.bfloat16)
+                or w.shape[2] * w.shape[3] == 1
                 or w.shape[0] % 16 or w.shape[1] % 16):
             continue
         mod.weight = torch._C._nn.mkldnn_reorder_conv2d_weight(
@@ -387,23 +409,25 @@ def profile_forward(module, inputs, warmup, shapes=False):
 
 
 def profile_unet(path, size, rows, warmup, attention, context_len, context_dim, latent_channels, factor,
-                 shapes=False, packed=False):
-    unet = load_stage(path)
+                 shapes=False, packed=False, dtype=torch.float32):
+    unet = load_stage(path).to(dtype)
     set_attention(unet, attention)
     n_packed = prepack(unet) if packed else 0
     h = w = size // factor
-    inputs = (torch.randn(rows, latent_channels, h, w), torch.full((rows,), 501, dtype=torch.long),
-              torch.randn(rows, context_len, context_dim))
+    inputs = (torch.randn(rows, latent_channels, h, w).to(dtype), torch.full((rows,), 501, dtype=torch.long),
+              torch.randn(rows, context_len, context_dim).to(dtype))
     out = profile_forward(unet, inputs, warmup, shapes)
     out["packed"] = n_packed
     return out
 
 
-def profile_vae(path, size, warmup, attention, latent_channels, factor, shapes=False, packed=False):
-    vae = load_stage(path)
+def profile_vae(path, size, warmup, attention, latent_channels, factor, shapes=False, packed=False,
+                dtype=torch.float32):
+    vae = load_stage(path).to(dtype)
     set_attention(vae, attention)
     n_packed = prepack(vae) if packed else 0
-    out = profile_forward(vae, (torch.randn(1, latent_channels, size // factor, size // factor),), warmup, shapes)
+    out = profile_forward(vae, (torch.randn(1, latent_channels, size // factor, size // factor).to(dtype),), warmup,
+                          shapes)
     out["packed"] = n_packed
     return out
 
@@ -418,12 +442,43 @@ def machine_info():
         name = m.group(1).strip() if m else None
     except OSError:
         pass
+    family = model = None
+    flags = set()
+    for line in open("/proc/cpuinfo"):
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "cpu family" and family is None:
+            family = value.strip()
+        elif key == "model" and model is None:
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    shown = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16",
+                         "amx_int8") if f in flags]
     cpus = len(os.sched_getaffinity(0))
     mem = None
     for line in open("/proc/meminfo"):
         if line.startswith("MemTotal:"):
             mem = int(line.split()[1]) / 1048576.0
-    return {"cpu": name or "unknown CPU", "nproc": cpus, "mem_gib": mem, "torch": torch.__version__}
+    cpu = name or "unknown CPU"
+    if family and model:
+        cpu += f" (family {family} model {model})"
+    return {"cpu": cpu, "flags": shown, "all_flags": sorted(flags), "nproc": cpus, "mem_gib": mem,
+            "torch": torch.__version__}
+
+
+def bf16_bound(peaks):
+    """The best bf16 rate of this run (GEMM or convolution), or None where not measured."""
+    rates = peaks.get("bf16")
+    if not rates:
+        return None
+    return max(list(rates["gemm"].values()) + ([rates["conv"]] if rates.get("conv") else []))
+
+
+def fp32_bound(peaks):
+    """The fp32 bound: the better of OpenBLAS's and oneDNN's GEMM peaks of this run, and which it was."""
+    blas, dnnl = max(peaks["gemm"]), max(peaks.get("onednn_all") or [0.0])
+    return (dnnl, "oneDNN (`sd::linear`)") if dnnl > blas else (blas, "OpenBLAS (`torch.mm`)")
 
 
 def marks(label):
@@ -433,7 +488,7 @@ def marks(label):
 
 
 def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s, command):
-    peak = max(peaks["gemm"])
+    peak, peak_from = fp32_bound(peaks)
     begin, end = marks(args.label)
     L = [begin, "", f"### Speed: {args.label}" if args.label else "## Speed profile (issue 6)", ""]
     load = ""
@@ -441,28 +496,40 @@ def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s,
         load = (" Load average (1 min) before-after each CLI run: "
                 + ", ".join(f"{r['load'][0]:.1f}-{r['load'][1]:.1f}" for r in runs) + ".")
     L.append(f"Generated by `bench/bench_speed.py` on {time.strftime('%Y-%m-%d %H:%M')}. "
-             f"Machine: {info['cpu']}, {info['nproc']} CPUs (nproc), "
+             f"Machine: {info['cpu']}, flags {' '.join(info['flags']) or 'none of note'}, "
+             f"{info['nproc']} CPUs (nproc), "
              f"{info['mem_gib']:.0f} GiB RAM, torch {info['torch']} ({blas}); "
-             f"threads used: {args.threads}." + load)
+             f"threads used: {args.threads}. Load average (1 min) at the peak measurements: "
+             + ", ".join(f"{x:.1f}" for x in peaks["load"]) + "." + load)
     L += ["", "```", command, "```", ""]
     L.append(f"Model: `{args.model}` (UNet {flops['params'] / 1e6:.1f} M parameters), DDIM, batch 1, guidance "
              f"(one UNet call on 2 rows per step), {runs[0]['steps'][0]['of'] if runs else args.steps} steps.")
     L.append("")
     gemm_s = ", ".join(f"{g:.1f}" for g in peaks["gemm"])
-    L.append(f"GEMM peak: fp32 `torch.mm` {args.gemm_n}x{args.gemm_n}, {args.threads} thread(s), best of "
-             f"{args.repeats}: **{peak:.1f} GFLOP/s**"
-             + (f" (measured before and after the CLI runs: {gemm_s}; the higher is used)." if len(peaks["gemm"]) > 1
-                else "."))
-    if peaks.get("onednn"):
-        L.append(f"oneDNN GEMM for comparison: the same product through `sd::linear` (the CLI's Linear layers): "
-                 f"{peaks['onednn']:.1f} GFLOP/s ({peaks['onednn'] / peak:.2f} of the GEMM peak).")
+    dnnl_s = ", ".join(f"{g:.1f}" for g in peaks.get("onednn_all") or [])
+    L.append(f"fp32 bound: **{peak:.1f} GFLOP/s**, the better of two {args.gemm_n}x{args.gemm_n} fp32 products "
+             f"measured in this run, {args.threads} thread(s), best of {args.repeats} each"
+             + (", before and after the CLI runs" if len(peaks["gemm"]) > 1 else "")
+             + f": OpenBLAS `torch.mm` {gemm_s}; oneDNN inner product (`sd::linear`, the CLI's Linear "
+             f"layers) {dnnl_s or 'not measured (no engine library)'}. Used: {peak_from}.")
     if peaks.get("conv"):
         c, s, b = peaks["conv_cfg"]
-        L.append(f"Convolution for comparison: conv3x3 {c}->{c} at {s}x{s}, batch {b}: "
-                 f"{peaks['conv']:.1f} GFLOP/s ({peaks['conv'] / peak:.2f} of the GEMM peak).")
+        L.append(f"Convolution for comparison: fp32 conv3x3 {c}->{c} at {s}x{s}, batch {b}: "
+                 f"{peaks['conv']:.1f} GFLOP/s ({peaks['conv'] / peak:.2f} of the fp32 bound).")
+    if peaks.get("bf16"):
+        rates = peaks["bf16"]
+        L.append(f"bf16 peak (the CPU has {', '.join(info['bf16_flags'])}): {args.gemm_n}x{args.gemm_n} product "
+                 + ", ".join(f"{k} {v:.1f}" for k, v in rates["gemm"].items())
+                 + (f"; conv3x3 {c}->{c} at {s}x{s}, batch {b}: {rates['conv']:.1f}" if rates.get("conv") else "")
+                 + f" GFLOP/s. bf16 bound: **{bf16_bound(peaks):.1f} GFLOP/s** (the best of these), "
+                 f"{bf16_bound(peaks) / peak:.2f}x the fp32 bound.")
+    elif info.get("bf16_flags") == []:
+        L.append("bf16 peak: not measured (the CPU has neither avx512_bf16 nor amx_bf16).")
     L.append("")
     if runs:
-        L.append("| size | run | UNet GFLOP/step | s/step | achieved GFLOP/s | of GEMM peak | lower bound s/step "
+        L.append(f"fp32 bound used below: {peak:.1f} GFLOP/s ({peak_from}).")
+        L.append("")
+        L.append("| size | run | UNet GFLOP/step | s/step | achieved GFLOP/s | of fp32 bound | lower bound s/step "
                  "| s/step / bound | VAE decode s | VAE bound s | decode / bound | start to first step "
                  "| read files (warm) | peak RSS |")
         L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -484,13 +551,11 @@ def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s,
             ratio = statistics.median(r["s_per_step"] for r in rs) / (gf / peak)
             decs = [r["timing"]["last decode"] for r in rs if "last decode" in r["timing"]]
             vae_gf = flops["vae"][size]["total"] / 1e9
-            fast = peaks.get("onednn")
-            L.append(f"{size}², median of {len(rs)} run(s): step / bound **{ratio:.2f}**"
+            bf16 = bf16_bound(peaks)
+            L.append(f"{size}², median of {len(rs)} run(s): step / fp32 bound **{ratio:.2f}**"
                      + (f", VAE decode / bound **{statistics.median(decs) / (vae_gf / peak):.2f}** "
                         f"(VAE {vae_gf:.0f} GFLOP)" if decs else "")
-                     + (f"; against the oneDNN GEMM peak instead: step {ratio * fast / peak:.2f}"
-                        + (f", VAE {statistics.median(decs) / (vae_gf / fast):.2f}" if decs else "")
-                        if fast and fast > peak else "") + ".")
+                     + (f"; step / bf16 bound {ratio * bf16 / peak:.2f}" if bf16 else "") + ".")
         L.append("")
         L.append("Per step (s, as printed by the CLI): "
                  + "; ".join(f"{r['size']}²: " + ", ".join(f"{s['printed']:.2f}" for s in r["steps"]) for r in runs)
@@ -508,10 +573,11 @@ def markdown(args, info, blas, peaks, flops, runs, profile, vae_profile, read_s,
         L.append("* UNet GFLOP/step: one forward on 2 rows, counted from the architecture in `model.json` "
                  "(Conv2d, Linear, attention's q·kᵀ and w·v per head; multiply-add = 2 FLOP; GroupNorm, "
                  "LayerNorm, softmax, activations and element-wise ops ignored).")
-        L.append("* lower bound: UNet GFLOP/step / GEMM peak, i.e. every FLOP at the measured GEMM rate; "
-                 "s/step / bound = GEMM peak / achieved.")
+        L.append("* lower bound: UNet GFLOP/step / fp32 bound, i.e. every FLOP at the better fp32 GEMM rate of "
+                 "this run; s/step / bound = fp32 bound / achieved. The bf16 ratio, where printed, sets the step "
+                 "against the bf16 bound instead (what a bf16 run could reach).")
         L.append("* VAE decode: the CLI's `last decode` time; its bound: the decoder's GFLOP (Conv2d and the mid "
-                 "block's attention, counted the same way) / GEMM peak.")
+                 "block's attention, counted the same way) / fp32 bound.")
         L.append("* start to first step: " + ("the CLI's own `timing:` line (`--verbose`)"
                  if any(r["timing"] for r in runs) else
                  "wall time from process start to the first progress line, minus one steady step (s/step)")
@@ -662,11 +728,12 @@ def main():
 
     info = machine_info()
     blas = set_threads(args.threads)
-    peaks = {"gemm": []}
+    peaks = {"gemm": [], "load": [os.getloadavg()[0]]}
     log(f"GEMM peak: torch.mm {args.gemm_n}², {args.threads} thread(s) ({blas})")
     peaks["gemm"].append(gemm_peak(args.gemm_n, args.repeats))
     log(f"  {peaks['gemm'][-1]:.1f} GFLOP/s")
     peaks["onednn"] = onednn_gemm_peak(args.gemm_n, args.repeats)
+    peaks["onednn_all"] = [peaks["onednn"]] if peaks["onednn"] else []
     if peaks["onednn"]:
         log(f"sd::linear {args.gemm_n}² (oneDNN): {peaks['onednn']:.1f} GFLOP/s")
     if args.conv != "none":
@@ -674,6 +741,13 @@ def main():
         peaks["conv_cfg"] = (c, s, b)
         peaks["conv"] = conv_peak(c, s, b, args.repeats)
         log(f"conv3x3 {c}->{c} {s}² batch {b}: {peaks['conv']:.1f} GFLOP/s")
+    info["bf16_flags"] = cpu_bf16_flags(info["all_flags"])
+    if info["bf16_flags"]:
+        peaks["bf16"] = {"gemm": bf16_gemm_peak(args.gemm_n, args.repeats)}
+        if args.conv != "none":
+            peaks["bf16"]["conv"] = conv_peak(c, s, b, args.repeats, torch.bfloat16)
+        log("bf16 peak: " + ", ".join(f"{k} {v:.1f}" for k, v in peaks["bf16"]["gemm"].items())
+            + (f", conv3x3 {peaks['bf16']['conv']:.1f}" if "conv" in peaks["bf16"] else "") + " GFLOP/s")
 
     runs, read_s = [], None
     if not args.no_cli:
@@ -701,11 +775,19 @@ def main():
         # a second GEMM measurement after the runs shows whether the machine's load changed meanwhile
         peaks["gemm"].append(gemm_peak(args.gemm_n, args.repeats))
         log(f"GEMM peak after the runs: {peaks['gemm'][-1]:.1f} GFLOP/s")
+        after = onednn_gemm_peak(args.gemm_n, args.repeats)
+        if after:
+            peaks["onednn_all"].append(after)
+            log(f"sd::linear after the runs: {after:.1f} GFLOP/s")
+        peaks["load"].append(os.getloadavg()[0])
 
     profile = vae_profile = None
     cli_words = shlex.split(args.cli_args)
     prepack_off = "--prepack=off" in cli_words or ["--prepack", "off"] in map(list, zip(cli_words, cli_words[1:]))
     packed = args.profile_prepack == "on" or args.profile_prepack == "auto" and not prepack_off
+    # the profile computes as the CLI runs were asked to (--precision bf16: bf16 modules and inputs)
+    bf16 = "--precision=bf16" in cli_words or ["--precision", "bf16"] in map(list, zip(cli_words, cli_words[1:]))
+    dtype = torch.bfloat16 if bf16 else torch.float32
     if args.profile_size or args.profile_vae_size:
         if args.profile_attention == "auto":
             planned = plan_text(args, args.profile_size, cli_flags(args.bin)) if os.access(args.bin, os.X_OK) else None
@@ -714,13 +796,14 @@ def main():
         log(f"profiling one UNet forward at {args.profile_size}², {args.profile_rows} rows")
         profile = profile_unet(os.path.join(args.model, cfg.get("files", {}).get("unet", "unet.pt")),
                                args.profile_size, args.profile_rows, args.profile_warmup, args.profile_attention,
-                               ctx_len, ctx_dim, cfg.get("latent_channels", 4), factor, args.profile_shapes, packed)
+                               ctx_len, ctx_dim, cfg.get("latent_channels", 4), factor, args.profile_shapes, packed,
+                               dtype)
         profile["size"] = args.profile_size
     if args.profile_vae_size:
         log(f"profiling one VAE decode at {args.profile_vae_size}²")
         vae_profile = profile_vae(os.path.join(args.model, cfg.get("files", {}).get("vae_decoder", "vae_decoder.pt")),
                                   args.profile_vae_size, args.profile_warmup, args.profile_attention,
-                                  cfg.get("latent_channels", 4), factor, args.profile_shapes, packed)
+                                  cfg.get("latent_channels", 4), factor, args.profile_shapes, packed, dtype)
         vae_profile["size"] = args.profile_vae_size
 
     command = "/usr/bin/python3 bench/bench_speed.py " + " ".join(shlex.quote(a) for a in command_args(sys.argv[1:]))

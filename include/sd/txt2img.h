@@ -51,6 +51,9 @@ struct Txt2ImgJob {
     std::string save_noise;    // .npy of every noise draw, [1 + D, n, C, h, w] (the pipeline must record_noise)
     std::string model_name;    // recorded in the metadata
     std::string model_hash;    // A1111's "Model hash": the checkpoint's SHA-256, first 10 digits; empty if unknown
+    // The UNet's compute precision, recorded in the metadata ("Precision: bf16")
+    // when not fp32, as it changes the picture; empty: fp32.
+    std::string precision;
     // Remaking one image (--from-png): the first image's index (per-image seeds
     // are seed + index), and in compvis mode the one place of the batch to write.
     int first_index = 0;

@@ -9,6 +9,7 @@
 #include "engine/vae_override.h"
 #include "io/fs_util.h"
 #include "io/weight_file.h"
+#include "kernels/linear_kernel.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -52,9 +53,18 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
         throw Error(
             "--precision fp16 is not available on CPU: LibTorch 1.13 has no fp16 convolution kernels on CPU; "
             "use --precision fp32 (--weights fp16 still halves the weights)");
+    // Without bf16 instructions LibTorch and oneDNN emulate bf16: 18-50x slower than fp32 (measured).
+    if (cpu && c.precision == "bf16" && !kernels::cpu_has_bf16())
+        throw Error(
+            "--precision bf16 needs a CPU with bf16 instructions (avx512_bf16 or AMX), which this one lacks "
+            "(or DNNL_MAX_CPU_ISA hides); use --precision fp32 (--weights fp16 still halves the weights)");
     if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16" && o.weights != "q8")
         throw Error("unknown --weights '" + o.weights + "' (auto, fp32, fp16 or q8)");
     c.weights = o.weights == "auto" ? c.precision : o.weights;
+    // q8 layers expand their blocks to fp32 weights as they run: fp32 compute only.
+    if (c.weights == "q8" && c.precision != "fp32")
+        throw Error("--weights q8 computes in fp32 (each layer expands its 8-bit blocks to fp32 weights); it does not go "
+                    "with --precision " + c.precision);
     return c;
 }
 
@@ -106,10 +116,12 @@ at::ScalarType LoadedStages::weight_type(const std::string& path) const {
     return path == config_.text_encoder_path || path == config_.text_encoder_2_path ? at::kFloat : held_type_;
 }
 
-// oneDNN's layout is for fp32 on a CPU only.
+// oneDNN's layout is for fp32, or bf16 compute on bf16 weights, on a CPU only.
 bool LoadedStages::prepack_applies(const std::string& path) const {
     if (q8_unet_ && path == config_.unet_path) return false;  // its convolutions expand 8-bit weights per call
-    return device_.is_cpu() && compute_type_ == at::kFloat && weight_type(path) == at::kFloat;
+    const bool fp32 = compute_type_ == at::kFloat && weight_type(path) == at::kFloat;
+    const bool bf16 = compute_type_ == at::kBFloat16 && weight_type(path) == at::kBFloat16;
+    return device_.is_cpu() && (fp32 || bf16);
 }
 
 torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, double* seconds) {

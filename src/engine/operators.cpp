@@ -40,9 +40,14 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
                 "sd::attention: widths must be equal and divisible by the head count");
     TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == v.size(1),
                 "sd::attention: batch and key counts must agree");
-    const bool kernel = q.device().is_cpu() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
-                        v.scalar_type() == at::kFloat;
+    const auto type = q.scalar_type();
+    // bf16 only where the CPU has bf16 instructions: the layers around it then
+    // run bf16 too (elsewhere --precision bf16 is refused, and tests use the reference).
+    const bool kernel = q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() &&
+                        (type == at::kFloat || (type == at::kBFloat16 && kernels::cpu_has_bf16())) &&
+                        k.scalar_type() == type && v.scalar_type() == type;
     if (!kernel || q.size(1) == 0 || k.size(1) == 0) return reference_attention(q, k, v, heads, scale);
+    const bool bf16 = type == at::kBFloat16;
     // Rows may be strided (views of the projections); each row must be dense.
     const auto qc = q.stride(2) == 1 ? q : q.contiguous();
     const auto kc = k.stride(2) == 1 ? k : k.contiguous();
@@ -54,16 +59,24 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     p.n = q.size(1);
     p.m = k.size(1);
     p.d = q.size(2) / heads;
-    p.q = qc.data_ptr<float>();
-    p.k = kc.data_ptr<float>();
-    p.v = vc.data_ptr<float>();
-    p.out = out.data_ptr<float>();
+    if (bf16) {
+        // c10::BFloat16 is the raw 16 bits, as the kernel reads them.
+        p.q_bf16 = reinterpret_cast<const uint16_t*>(qc.data_ptr<at::BFloat16>());
+        p.k_bf16 = reinterpret_cast<const uint16_t*>(kc.data_ptr<at::BFloat16>());
+        p.v_bf16 = reinterpret_cast<const uint16_t*>(vc.data_ptr<at::BFloat16>());
+        p.out_bf16 = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    } else {
+        p.q = qc.data_ptr<float>();
+        p.k = kc.data_ptr<float>();
+        p.v = vc.data_ptr<float>();
+        p.out = out.data_ptr<float>();
+    }
     p.q_batch = qc.stride(0), p.q_row = qc.stride(1);
     p.k_batch = kc.stride(0), p.k_row = kc.stride(1);
     p.v_batch = vc.stride(0), p.v_row = vc.stride(1);
     p.o_batch = out.stride(0), p.o_row = out.stride(1);
     p.scale = static_cast<float>(scale);
-    auto packed = at::empty({kernels::packed_floats(p)}, q.options());
+    auto packed = at::empty({kernels::packed_floats(p)}, q.options().dtype(at::kFloat));
     p.packed = packed.data_ptr<float>();
     const auto& kern = kernels::attention_kernel();
     at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t b, int64_t e) { kern.pack(p, b, e); });
@@ -89,6 +102,8 @@ at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
                                 w.size(0), has_bias ? bc.data_ptr<float>() : nullptr, y.data_ptr<float>()))
             return y;
     }
+    // bf16 goes here too: LibTorch's own bf16 product is oneDNN's matmul (AMX where
+    // present, fp32 accumulation), 2-3x the inner product on plain bf16 weights (measured).
     return at::linear(x, w, bias);
 }
 

@@ -7,7 +7,8 @@
 namespace sd {
 
 // softmax(q kᵀ · scale) v for each of `heads` heads: q [B, n, heads * d],
-// k and v [B, m, heads * d] -> [B, n, heads * d]. fp32 CPU tensors take the
+// k and v [B, m, heads * d] -> [B, n, heads * d]. fp32 CPU tensors, and bf16
+// ones on a CPU with bf16 instructions (fp32 scores and softmax), take the
 // fused kernel (src/kernels/attention_kernel.h); any other dtype or device the
 // per-head reference, in fp32 scores as the modules' own paths.
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads, double scale);
@@ -19,7 +20,7 @@ at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const a
 
 // x wᵀ + b over x's last dimension, w [out, in]. fp32 CPU tensors take
 // oneDNN's inner product (src/kernels/linear_kernel.h); anything else, or a
-// build without oneDNN, at::linear.
+// build without oneDNN, at::linear (for bf16 that is oneDNN's bf16 matmul).
 at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias);
 
 // Registers sd::attention and sd::linear with the dispatcher; safe to call more than once.

@@ -1,4 +1,4 @@
-// Fused attention on fp32 CPU tensors: softmax(q kᵀ · scale) v per head, in
+// Fused attention on fp32 (or bf16) CPU tensors: softmax(q kᵀ · scale) v per head, in
 // tiles of queries against tiles of keys with a running (online) softmax, so
 // no score matrix larger than one tile ever exists. Plain C++ without
 // LibTorch: attention_kernel_isa.cpp is compiled once per instruction set
@@ -19,6 +19,13 @@ struct AttentionProblem {
     float* out = nullptr;
     int64_t q_batch = 0, q_row = 0, k_batch = 0, k_row = 0, v_batch = 0, v_row = 0, o_batch = 0, o_row = 0;
     float scale = 1.0f;
+    // bf16 inputs and output instead (raw bfloat16 bits, same strides): where
+    // set, they are read and written in place of q, k, v and out. Scores,
+    // softmax and sums stay fp32; the kernel widens k and v as it packs them.
+    const uint16_t* q_bf16 = nullptr;
+    const uint16_t* k_bf16 = nullptr;
+    const uint16_t* v_bf16 = nullptr;
+    uint16_t* out_bf16 = nullptr;
     // Scratch the caller allocates with packed_floats(): kᵀ and v of every
     // (batch, head), padded, in the order the tile loops read them.
     float* packed = nullptr;

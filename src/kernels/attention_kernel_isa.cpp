@@ -10,6 +10,7 @@
 
 #include "kernels/attention_kernel.h"
 #include "kernels/attention_tiles.h"
+#include "kernels/bf16.h"
 
 namespace sd::kernels::SD_ISA {
 
@@ -128,6 +129,14 @@ void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t k
     }
 }
 
+// n floats from an fp32 row, or widened from a bf16 one.
+inline void read_row(float* dst, const float* f32, const uint16_t* bf16, int64_t n) {
+    if (bf16)
+        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(bf16[i]);
+    else
+        std::memcpy(dst, f32, sizeof(float) * n);
+}
+
 }  // namespace
 
 void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
@@ -137,12 +146,17 @@ void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
         float* kt = p.packed + bh * per_head;
         float* vp = kt + p.d * m_pad;
         std::fill(kt, kt + per_head, 0.0f);
+        std::vector<float> krow(p.k_bf16 ? p.d : 0);
         for (int64_t j = 0; j < p.m; ++j) {
-            const float* kr = p.k + b * p.k_batch + j * p.k_row + h * p.d;
-            const float* vr = p.v + b * p.v_batch + j * p.v_row + h * p.d;
+            const int64_t ko = b * p.k_batch + j * p.k_row + h * p.d, vo = b * p.v_batch + j * p.v_row + h * p.d;
+            const float* kr = p.k + ko;
+            if (p.k_bf16) {
+                read_row(krow.data(), nullptr, p.k_bf16 + ko, p.d);
+                kr = krow.data();
+            }
             float* panel = kt + (j / kKeyAlign) * p.d * kKeyAlign + j % kKeyAlign;
             for (int64_t c = 0; c < p.d; ++c) panel[c * kKeyAlign] = kr[c];
-            std::memcpy(vp + j * dp, vr, sizeof(float) * p.d);
+            read_row(vp + j * dp, p.v_bf16 ? nullptr : p.v + vo, p.v_bf16 ? p.v_bf16 + vo : nullptr, p.d);
         }
     }
 }
@@ -162,8 +176,10 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
         const float* kt = p.packed + bh * per_head;
         const float* vp = kt + p.d * m_pad;
         std::fill(qt.begin(), qt.end(), 0.0f);
-        for (int64_t r = 0; r < rows; ++r)
-            std::memcpy(&qt[r * p.d], p.q + b * p.q_batch + (row0 + r) * p.q_row + h * p.d, sizeof(float) * p.d);
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t qo = b * p.q_batch + (row0 + r) * p.q_row + h * p.d;
+            read_row(&qt[r * p.d], p.q_bf16 ? nullptr : p.q + qo, p.q_bf16 ? p.q_bf16 + qo : nullptr, p.d);
+        }
         std::fill(o.begin(), o.end(), 0.0f);
         std::fill(row_max.begin(), row_max.end(), neg_inf);
         std::fill(row_sum.begin(), row_sum.end(), 0.0f);
@@ -200,9 +216,12 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
                 values<kRows>(&s[r * key_tile], key_tile, vp + j0 * dp, dp, valid, &o[r * dp]);
         }
         for (int64_t r = 0; r < rows; ++r) {
-            float* out = p.out + b * p.o_batch + (row0 + r) * p.o_row + h * p.d;
+            const int64_t oo = b * p.o_batch + (row0 + r) * p.o_row + h * p.d;
             const float inv = 1.0f / row_sum[r];
-            for (int64_t c = 0; c < p.d; ++c) out[c] = o[r * dp + c] * inv;
+            if (p.out_bf16)
+                for (int64_t c = 0; c < p.d; ++c) p.out_bf16[oo + c] = float_to_bf16(o[r * dp + c] * inv);
+            else
+                for (int64_t c = 0; c < p.d; ++c) p.out[oo + c] = o[r * dp + c] * inv;
         }
     }
 }

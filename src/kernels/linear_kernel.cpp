@@ -83,10 +83,30 @@ bool linear_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_
 
 bool linear_kernel_available() { return true; }
 
+namespace {
+// oneDNN's ISA values are bit sets: each one holds the bits of those below it.
+bool effective_isa_has(dnnl::cpu_isa want) {
+    const auto have = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    return (have & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+}
+}  // namespace
+
+bool cpu_has_bf16() {
+    static const bool has = effective_isa_has(dnnl::cpu_isa::avx512_core_bf16);
+    return has;
+}
+
+bool cpu_has_amx() {
+    static const bool has = effective_isa_has(dnnl::cpu_isa::avx512_core_amx);
+    return has;
+}
+
 #else
 
 bool linear_f32(const float*, int64_t, int64_t, const float*, int64_t, const float*, float*) { return false; }
 bool linear_kernel_available() { return false; }
+bool cpu_has_bf16() { return false; }
+bool cpu_has_amx() { return false; }
 
 #endif
 

@@ -17,4 +17,10 @@ bool linear_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_
 // Whether linear_f32 can run at all (built with oneDNN).
 bool linear_kernel_available();
 
+// Whether this CPU has bf16 instructions oneDNN uses (avx512_bf16 or AMX),
+// as oneDNN sees it: DNNL_MAX_CPU_ISA below AVX512_CORE_BF16 says no.
+bool cpu_has_bf16();
+// Whether oneDNN may use AMX tiles here (AMX-BF16 present and allowed).
+bool cpu_has_amx();
+
 }  // namespace sd::kernels

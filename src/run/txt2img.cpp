@@ -199,6 +199,14 @@ private:
     Clock::time_point batch_start_, last_;
 };
 
+// The parameters text, with the compute precision where it is not fp32
+// (after the rest: readers that do not know the key skip it).
+std::string image_parameters(const Txt2ImgJob& job, const PromptItem& item, const PlannedImage& img) {
+    std::string text = parameters_text(item, img, job.seed_mode, job.model_name, job.embeddings, job.model_hash);
+    if (!job.precision.empty()) text += ", Precision: " + job.precision;
+    return text;
+}
+
 // Writes one batch's images: under their fixed names, or the next free
 // CompVis numbers (link() never replaces a file). Reports each written one.
 void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out,
@@ -213,8 +221,7 @@ void write_batch(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch&
         rec.seed_mode = job.seed_mode;
         rec.model = job.model_name;
         rec.seconds = seconds;
-        rec.parameters =
-            parameters_text(*rec.item, img, job.seed_mode, job.model_name, job.embeddings, job.model_hash);
+        rec.parameters = image_parameters(job, *rec.item, img);
         try {
             if (!img.name.empty()) {
                 rec.path = join_path(job.outdir, img.name);
@@ -251,9 +258,7 @@ struct Extras {
     void add(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out) {
         if (job.grid && grid_parameters.empty()) {
             const PlannedImage& first = batch.images.front();
-            grid_parameters =
-                parameters_text(plan.items[first.item], first, job.seed_mode, job.model_name, job.embeddings,
-                                job.model_hash);
+            grid_parameters = image_parameters(job, plan.items[first.item], first);
         }
         if (!job.save_latents.empty()) {
             latents.insert(latents.end(), out.latents.begin(), out.latents.end());
