@@ -170,7 +170,7 @@ struct Flags {
     std::vector<std::string> export_args;
     bool model_cache_list = false, model_cache_clear = false;
     std::string model_display_name;  // the checkpoint's name, when --model came through the cache
-    std::string hires_size;  // --hires-size WxH
+    std::string hires_size;          // --hires-size WxH
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -610,8 +610,8 @@ void read_recorded_images(Flags& f) {
         f.recorded.push_back(sd::read_recorded_image(path));
         const std::string skipped = sd::check_honoured(f.recorded.back(), path, f.from_png_lenient);
         if (!skipped.empty())
-            std::cerr << "sd-txt2img: warning: " << path << ": remaking it without what this tool cannot honour: "
-                      << skipped << std::endl;
+            std::cerr << "sd-txt2img: warning: " << path
+                      << ": remaking it without what this tool cannot honour: " << skipped << std::endl;
     }
 }
 
@@ -694,8 +694,8 @@ sd::Txt2ImgJob job_from_png(const CLI::App& app, const Flags& f, const std::stri
     // The web UI and stable-diffusion.cpp give image i of a batch its own generator seeded seed + i: per-image.
     const bool own_text = rec.writer == sd::TextWriter::this_tool;
     if ((rec.seed_mode || !own_text) && !given("--seed-mode"))
-        job.seed_mode = rec.seed_mode.value_or("per-image") == "per-image" ? sd::SeedMode::per_image
-                                                                          : sd::SeedMode::compvis;
+        job.seed_mode =
+            rec.seed_mode.value_or("per-image") == "per-image" ? sd::SeedMode::per_image : sd::SeedMode::compvis;
     sd::NoiseSettings& noise = job.settings.noise;
     if (!given("--rng")) noise.rng = rec.rng;
     if (!given("--ensd")) noise.ensd = rec.ensd;

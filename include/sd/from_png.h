@@ -42,7 +42,7 @@ struct RecordedImage {
     std::optional<std::string> seed_mode;      // compvis | per-image
     std::optional<std::string> prompt_syntax;  // plain when recorded; a1111 otherwise
     std::optional<int> index, batch_size, batch_position, batch_number;
-    std::optional<int> clip_skip;          // "Clip skip" (A1111's numbering)
+    std::optional<int> clip_skip;  // "Clip skip" (A1111's numbering)
     // SDXL's size conditioning ("Original size", "Target size" WxH, "Crop coords"
     // TOP,LEFT), written only where it is not the image's own: (width, height), (top, left).
     std::optional<std::pair<int, int>> original_size, crop_coords, target_size;

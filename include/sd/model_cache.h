@@ -27,8 +27,8 @@ namespace sd {
 constexpr int kModelExportVersion = 1;
 
 struct ModelCacheOptions {
-    std::string cache_dir;                 // empty: default_model_cache_dir()
-    std::vector<std::string> export_args;  // --export-arg, after the side file's
+    std::string cache_dir;                         // empty: default_model_cache_dir()
+    std::vector<std::string> export_args;          // --export-arg, after the side file's
     std::function<void(const std::string&)> note;  // progress lines (no newline); may be empty
 };
 
@@ -62,10 +62,10 @@ struct ModelCacheEntry {
 std::vector<ModelCacheEntry> list_model_cache(const std::string& cache_dir);
 
 struct ModelCacheCleared {
-    int entries = 0;      // complete entries removed
-    int partial = 0;      // leftovers of interrupted exports removed
-    int busy = 0;         // entries another process is exporting now, left alone
-    uint64_t bytes = 0;   // freed
+    int entries = 0;     // complete entries removed
+    int partial = 0;     // leftovers of interrupted exports removed
+    int busy = 0;        // entries another process is exporting now, left alone
+    uint64_t bytes = 0;  // freed
 };
 
 // Removes every entry, every leftover of an interrupted export and the index;

@@ -6,8 +6,8 @@ namespace sd {
 
 namespace {
 
-constexpr uint32_t kMul0 = 0xD2511F53, kMul1 = 0xCD9E8D57;     // Philox 4x32 multipliers
-constexpr uint32_t kWeyl0 = 0x9E3779B9, kWeyl1 = 0xBB67AE85;   // key increments per round
+constexpr uint32_t kMul0 = 0xD2511F53, kMul1 = 0xCD9E8D57;    // Philox 4x32 multipliers
+constexpr uint32_t kWeyl0 = 0x9E3779B9, kWeyl1 = 0xBB67AE85;  // key increments per round
 
 // The reference's constants are float32 numbers (2^-32, and 2^-32 times float32's 2 pi);
 // its arithmetic on them is float64, because numpy promotes uint32 times float32 to float64.

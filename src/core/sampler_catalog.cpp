@@ -82,8 +82,8 @@ const SamplerInfo& sampler_info(const std::string& name) {
         if (s.name == name) return s;
     std::vector<std::string> a1111;
     for (const auto& s : samplers()) a1111.push_back("\"" + s.a1111_name + "\"");
-    throw Error("unknown sampler '" + name + "' (choose " + sampler_choices() + ", or the web UI's name: " +
-                listed(a1111, " or ") + ")");
+    throw Error("unknown sampler '" + name + "' (choose " + sampler_choices() +
+                ", or the web UI's name: " + listed(a1111, " or ") + ")");
 }
 
 SamplerName parse_sampler_name(const std::string& name) {
@@ -157,8 +157,10 @@ double check_beta_parameter(const std::string& what, double v) {
 
 void check_brownian_tree(const std::string& mode) {
     if (mode != "a1111" && mode != "kdiffusion")
-        throw Error("--brownian-tree must be a1111 (one tree per image, seeded with its seed) or kdiffusion (one "
-                    "tree for the batch), got \"" + mode + "\"");
+        throw Error(
+            "--brownian-tree must be a1111 (one tree per image, seeded with its seed) or kdiffusion (one "
+            "tree for the batch), got \"" +
+            mode + "\"");
 }
 
 void check_sampler_settings(const std::string& sampler, const std::string& schedule, int steps) {

@@ -39,8 +39,8 @@ public:
 
 private:
     struct Node {
-        double start, end;    // rounded
-        int parent = -1;      // index; -1 for the root
+        double start, end;  // rounded
+        int parent = -1;    // index; -1 for the root
         bool is_left = false;
         uint64_t spawn_key = 0;
         uint64_t depth = 0;

@@ -38,8 +38,8 @@ Vectors read_vectors(const std::string& path, bool sdxl) {
         TensorReader file(path, options);
         std::vector<std::string> names;
         for (const auto& t : file.tensors()) names.push_back(t.name);
-        const std::vector<std::string> wanted =
-            sdxl ? sdxl_embedding_tensor_names(names, path) : std::vector<std::string>{embedding_tensor_name(names, path)};
+        const std::vector<std::string> wanted = sdxl ? sdxl_embedding_tensor_names(names, path)
+                                                     : std::vector<std::string>{embedding_tensor_name(names, path)};
         NamedTensors read = read_tensors(file, [&](const TensorEntry& e) {
             return std::find(wanted.begin(), wanted.end(), e.name) != wanted.end();
         });
@@ -80,8 +80,7 @@ at::Tensor as_vectors(const at::Tensor& t, const std::string& path, const std::s
 
 }  // namespace
 
-std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, int width, int max_vectors,
-                                       int width_2) {
+std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, int width, int max_vectors, int width_2) {
     std::vector<Embedding> out;
     for (const auto& path : files) {
         if (!is_embedding_file_name(path))
@@ -97,7 +96,8 @@ std::vector<Embedding> load_embeddings(const std::vector<std::string>& files, in
             // Each position of the trigger takes one vector of each encoder.
             if (e.vectors_2.size(0) != e.vectors.size(0))
                 throw Error("embedding " + path + " has " + std::to_string(e.vectors.size(0)) + " clip_l vectors but " +
-                            std::to_string(e.vectors_2.size(0)) + " clip_g vectors; an SDXL embedding has as many of each");
+                            std::to_string(e.vectors_2.size(0)) +
+                            " clip_g vectors; an SDXL embedding has as many of each");
         }
         e.hash = v.hash;
         // Matching is exact-case, but two triggers that differ only in case
@@ -170,8 +170,9 @@ std::pair<at::Tensor, at::Tensor> encode_ids_pooled(torch::jit::Module& text_enc
         out = text_encoder.run_method("forward_pooled", ids).toTuple();
     } else {
         if (!text_encoder.find_method("forward_pooled_embeds"))
-            throw Error("the model's second text encoder was exported before SDXL textual-inversion embeddings "
-                        "existed: re-export the model with this version (scripts/export_model.py)");
+            throw Error(
+                "the model's second text encoder was exported before SDXL textual-inversion embeddings "
+                "existed: re-export the model with this version (scripts/export_model.py)");
         out = text_encoder.run_method("forward_pooled_embeds", token_embeddings(table, ids, extra), ids).toTuple();
     }
     return {out->elements()[0].toTensor(), out->elements()[1].toTensor()};

@@ -63,8 +63,10 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
     c.weights = o.weights == "auto" ? c.precision : o.weights;
     // q8 layers expand their blocks to fp32 weights as they run: fp32 compute only.
     if (c.weights == "q8" && c.precision != "fp32")
-        throw Error("--weights q8 computes in fp32 (each layer expands its 8-bit blocks to fp32 weights); it does not go "
-                    "with --precision " + c.precision);
+        throw Error(
+            "--weights q8 computes in fp32 (each layer expands its 8-bit blocks to fp32 weights); it does not go "
+            "with --precision " +
+            c.precision);
     return c;
 }
 

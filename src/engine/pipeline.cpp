@@ -225,8 +225,7 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     const int64_t h = s.height / config_.downsample_factor, w = s.width / config_.downsample_factor;
     const bool first_batch = times_.start_to_first_step == 0;
     StartLatents start;
-    if (picture)
-        start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen);
+    if (picture) start = draw_start(*picture, images, config_.latent_channels, h, w, config_.scale_factor, gen);
     start.noise =
         noise_.start(s.noise, gen, {images, config_.latent_channels, h, w}, config_.downsample_factor, start.noise);
     auto& unet = stages_->unet();

@@ -18,9 +18,9 @@
 
 #include "engine/operators.h"
 #include "io/code_check.h"
-#include "kernels/linear_kernel.h"
 #include "io/fs_util.h"
 #include "io/weight_file.h"
+#include "kernels/linear_kernel.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -288,9 +288,10 @@ int prepack_convolutions(torch::jit::Module& m) {
         // 1x1 convolutions ran slower packed (their activations' reorder costs
         // more than the weight's); 4-channel ones (conv_in, conv_out) would be padded.
         // bf16 weights (--precision bf16) only where oneDNN has bf16 instructions to run them.
-        const bool type_ok = w.scalar_type() == at::kFloat || (w.scalar_type() == at::kBFloat16 && kernels::cpu_has_bf16());
-        if (w.dim() != 4 || w.is_mkldnn() || !w.device().is_cpu() || !type_ok ||
-            w.size(2) * w.size(3) == 1 || w.size(0) % 16 != 0 || w.size(1) % 16 != 0)
+        const bool type_ok =
+            w.scalar_type() == at::kFloat || (w.scalar_type() == at::kBFloat16 && kernels::cpu_has_bf16());
+        if (w.dim() != 4 || w.is_mkldnn() || !w.device().is_cpu() || !type_ok || w.size(2) * w.size(3) == 1 ||
+            w.size(0) % 16 != 0 || w.size(1) % 16 != 0)
             continue;
         const auto padding = int_list(type->getConstant("padding"));
         const auto stride = int_list(type->getConstant("stride"));

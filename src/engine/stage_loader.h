@@ -44,8 +44,8 @@ void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split);
 // Replaces the weight of every 3x3 (or larger) convolution of m, where the
 // layer can take it (python/sd_export/modules/layers.py Conv2d), by oneDNN's blocked layout, once:
 // LibTorch 1.13 otherwise reorders each weight on every call. Only for fp32
-// weights on the CPU, or bf16 ones where the CPU has bf16 instructions; the file pages of each dense weight are handed back as
-// it is replaced, so memory does not grow. Returns the count replaced.
+// weights on the CPU, or bf16 ones where the CPU has bf16 instructions; the file pages of each dense weight are handed
+// back as it is replaced, so memory does not grow. Returns the count replaced.
 int prepack_convolutions(torch::jit::Module& m);
 
 // The first line of a LibTorch error, without its C++ backtrace.

@@ -37,8 +37,7 @@ at::Tensor RandomStream::randn(at::IntArrayRef shape) {
     return t;
 }
 
-SeedNoise::SeedNoise(const NoiseSettings& s, uint64_t seed)
-    : s_(s), seed_(seed), nv_(s.rng == "nv"), main_(nv_, seed) {
+SeedNoise::SeedNoise(const NoiseSettings& s, uint64_t seed) : s_(s), seed_(seed), nv_(s.rng == "nv"), main_(nv_, seed) {
     if (s.subseed && s.subseed_strength != 0) sub_.emplace(nv_, *s.subseed);
     if (s.seed_resize_from_w > 0 && s.seed_resize_from_h > 0) old_size_.emplace(nv_, seed);
 }
@@ -112,8 +111,10 @@ at::Tensor RunNoise::Draws::next(const at::Tensor& x) {
 }
 
 uint64_t RunNoise::Draws::next_tree_seed() {
-    if (!gen) throw Error("--brownian-tree kdiffusion draws its seed from the tool's own generator: not with --rng nv, "
-                          "--ensd, --subseed or --seed-resize-from (use --brownian-tree a1111)");
+    if (!gen)
+        throw Error(
+            "--brownian-tree kdiffusion draws its seed from the tool's own generator: not with --rng nv, "
+            "--ensd, --subseed or --seed-resize-from (use --brownian-tree a1111)");
     return gen->next_tree_seed();
 }
 

@@ -180,8 +180,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         c.linear_end = checked_real(j, "linear_end", 0, 0, 1, path);
         c.source = checked_string(j, "source", "", path);
         c.source_sha256 = checked_string(j, "source_sha256", "", path);
-        if (!c.source_sha256.empty() &&
-            (c.source_sha256.size() != 64 || c.source_sha256.find_first_not_of("0123456789abcdef") != std::string::npos))
+        if (!c.source_sha256.empty() && (c.source_sha256.size() != 64 ||
+                                         c.source_sha256.find_first_not_of("0123456789abcdef") != std::string::npos))
             throw Error(path + ": \"source_sha256\" must be 64 lower-case hex digits");
         if (c.is_sdxl()) read_sdxl(j, path, c);
         read_default_recipe(j, path, c);

@@ -98,7 +98,7 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
     if (o.hires_strength) item.settings.hires.strength = *o.hires_strength;
     if (o.hires_upscaler) item.settings.hires.upscaler = *o.hires_upscaler;
     item.n_iter = o.n_iter.value_or(job.n_iter);
-    try {  // before any model loads
+    try {                               // before any model loads
         if (o.sampler || o.schedule) {  // the web UI's names become ours
             const SamplerName named = settle_sampler_names(o.sampler.value_or(item.settings.sampler),
                                                            o.schedule.value_or(""), item.settings.schedule);
@@ -117,9 +117,10 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
                     ": \"seed\" needs --seed-mode per-image (compvis seeds come from one generator for the run)");
     set_negative_prompt(item.settings, item.negative_prompt, item.where);
     // Only the A1111 syntax reads <lora:...> tags; in plain text they are words like any other.
-    item.settings.loras = item.settings.prompt_weights
-                              ? prompt_loras(item.prompt, item.line == 0 ? "--prompt" : item.where, job.lora_dir, job.loras)
-                              : job.loras;
+    item.settings.loras =
+        item.settings.prompt_weights
+            ? prompt_loras(item.prompt, item.line == 0 ? "--prompt" : item.where, job.lora_dir, job.loras)
+            : job.loras;
     if (item.settings.prompt_weights) {
         const bool flag = item.line == 0;
         check_prompt_weights(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
@@ -258,8 +259,8 @@ std::string variation_text(const NoiseSettings& n) {
         text += ", Variation seed: " + std::to_string(*n.subseed) +
                 ", Variation seed strength: " + format_number(n.subseed_strength);
     if (n.seed_resize_from_w > 0 && n.seed_resize_from_h > 0)
-        text += ", Seed resize from: " + std::to_string(n.seed_resize_from_w) + "x" +
-                std::to_string(n.seed_resize_from_h);
+        text +=
+            ", Seed resize from: " + std::to_string(n.seed_resize_from_w) + "x" + std::to_string(n.seed_resize_from_h);
     return text;
 }
 
@@ -337,7 +338,8 @@ std::string parameters_text(const PromptItem& item, const PlannedImage& img, See
     // not in plain syntax, which reads tags as words (there --from-png needs --lora again).
     std::string text = item.prompt;
     for (const auto& l : item.settings.loras)
-        if (!l.from_tag && item.settings.prompt_weights) text += " " + lora_tag_text(l.name, l.text_weight, l.unet_weight);
+        if (!l.from_tag && item.settings.prompt_weights)
+            text += " " + lora_tag_text(l.name, l.text_weight, l.unet_weight);
     text += "\n";
     if (!item.negative_prompt.empty()) text += "Negative prompt: " + item.negative_prompt + "\n";
     text += "Steps: " + std::to_string(item.settings.steps) + ", Sampler: " + sampler.a1111_name;

@@ -19,10 +19,10 @@ ordered_json noise_json(const NoiseSettings& n) {
     j["ensd"] = n.ensd;
     j["subseed"] = n.subseed ? ordered_json(*n.subseed) : ordered_json(nullptr);
     j["subseed_strength"] = n.subseed_strength;
-    j["seed_resize_from"] = n.seed_resize_from_w > 0 && n.seed_resize_from_h > 0
-                                ? ordered_json(std::to_string(n.seed_resize_from_w) + "x" +
-                                               std::to_string(n.seed_resize_from_h))
-                                : ordered_json(nullptr);
+    j["seed_resize_from"] =
+        n.seed_resize_from_w > 0 && n.seed_resize_from_h > 0
+            ? ordered_json(std::to_string(n.seed_resize_from_w) + "x" + std::to_string(n.seed_resize_from_h))
+            : ordered_json(nullptr);
     j["brownian_tree"] = n.brownian_tree;
     j["eta"] = n.eta ? ordered_json(*n.eta) : ordered_json(nullptr);
     return j;
@@ -90,7 +90,8 @@ std::vector<std::string> dry_run_records(const Txt2ImgJob& job) {
             j["noise"] = noise_json(s.noise);
             j["loras"] = ordered_json::array();
             for (const auto& l : s.loras)
-                j["loras"].push_back({{"path", l.path}, {"text_weight", l.text_weight}, {"unet_weight", l.unet_weight}});
+                j["loras"].push_back(
+                    {{"path", l.path}, {"text_weight", l.text_weight}, {"unet_weight", l.unet_weight}});
             j["init"] = init_json(s.init);
             j["parameters"] = parameters_text(item, img, job.seed_mode, job.model_name, {}, job.model_hash);
             lines.push_back(j.dump(-1, ' ', false, ordered_json::error_handler_t::replace));

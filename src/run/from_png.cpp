@@ -74,8 +74,8 @@ Fields split_settings(const std::string& line, const std::string& where) {
                 throw Error(where + ": malformed quoted value of \"" + text_excerpt(key) + "\"");
             }
             i = j + 1;
-        } else if (const size_t close = i < line.size() && line[i] == '{' && objects ? json_object_end(line, i)
-                                                                                       : std::string::npos;
+        } else if (const size_t close =
+                       i < line.size() && line[i] == '{' && objects ? json_object_end(line, i) : std::string::npos;
                    close != std::string::npos) {
             value = line.substr(i, close - i);
             i = close;
@@ -208,7 +208,7 @@ const std::pair<const char*, const char*> kSdcppSamplers[] = {
     {"euler", "Euler"}, {"euler_a", "Euler a"}, {"heun", "Heun"}, {"dpm++2s_a", "DPM++ 2S a"}, {"dpm++2m", "DPM++ 2M"}};
 // Its --scheduler values with the web UI's "Schedule type" ("discrete" is the model's own sigmas).
 const std::pair<const char*, const char*> kSdcppSchedules[] = {
-    {"discrete", "Uniform"}, {"karras", "Karras"},  {"exponential", "Exponential"}, {"ays", "Align Your Steps"},
+    {"discrete", "Uniform"},        {"karras", "Karras"}, {"exponential", "Exponential"}, {"ays", "Align Your Steps"},
     {"sgm_uniform", "SGM Uniform"}, {"simple", "Simple"}, {"kl_optimal", "KL Optimal"}};
 
 // stable-diffusion.cpp's "Sampler: <method> <scheduler>" ("euler_a karras"), each
@@ -234,8 +234,9 @@ void check_sdcpp_json(const std::string& value, RecordedImage& r) {
     }
     auto unset = [&](const char* path) {
         const auto p = j.value(nlohmann::json::json_pointer(path), nlohmann::json());
-        return p.is_null() || (p.is_number() && p.get<double>() == 0) || (p.is_string() && p.get<std::string>().empty()) ||
-               (p.is_array() && p.empty()) || (p.is_boolean() && !p.get<bool>());
+        return p.is_null() || (p.is_number() && p.get<double>() == 0) ||
+               (p.is_string() && p.get<std::string>().empty()) || (p.is_array() && p.empty()) ||
+               (p.is_boolean() && !p.get<bool>());
     };
     if (j.value("mode", "") != "img_gen") r.unhonoured.push_back("SDCPP mode: " + text_excerpt(j.value("mode", "?")));
     for (const char* path : {"/sampling/custom_sigmas", "/sampling/flow_shift", "/sampling/shifted_timestep",
@@ -248,8 +249,8 @@ void check_sdcpp_json(const std::string& value, RecordedImage& r) {
 // elsewhere): accepted and left alone. "Batch size"/"Batch pos" of the web UI
 // do not change an image: its noise comes from the image's own seed.
 bool descriptive_key(const std::string& key, TextWriter writer) {
-    static const char* const any[] = {"Model", "Model hash", "VAE", "VAE hash", "Version", "User", "Hashes",
-                                      "Template", "Negative Template"};
+    static const char* const any[] = {"Model", "Model hash", "VAE",      "VAE hash",         "Version",
+                                      "User",  "Hashes",     "Template", "Negative Template"};
     for (const char* k : any)
         if (key == k) return true;
     if (writer == TextWriter::web_ui) return key == "Batch size" || key == "Batch pos";
@@ -258,9 +259,11 @@ bool descriptive_key(const std::string& key, TextWriter writer) {
 
 // A web UI setting that is honoured when it holds its default value.
 bool default_valued(const std::string& key, const std::string& value) {
-    static const std::pair<const char*, const char*> defaults[] = {
-        {"Beta schedule alpha", "0.6"}, {"Beta schedule beta", "0.6"}, {"Emphasis", "Original"},
-        {"Conditional mask weight", "1.0"}, {"Conditional mask weight", "1"}};
+    static const std::pair<const char*, const char*> defaults[] = {{"Beta schedule alpha", "0.6"},
+                                                                   {"Beta schedule beta", "0.6"},
+                                                                   {"Emphasis", "Original"},
+                                                                   {"Conditional mask weight", "1.0"},
+                                                                   {"Conditional mask weight", "1"}};
     for (const auto& [k, v] : defaults)
         if (key == k && value == v) return true;
     return false;
@@ -322,7 +325,8 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
             r.steps = static_cast<int>(whole(key, value, kStepsRange, where));
         else if (key == "Sampler") {
             sampler_field = value;
-            const bool known = r.writer == TextWriter::sdcpp ? read_sdcpp_sampler(value, r) : read_web_ui_sampler(value, r);
+            const bool known =
+                r.writer == TextWriter::sdcpp ? read_sdcpp_sampler(value, r) : read_web_ui_sampler(value, r);
             if (!known) cannot(key, value);
         } else if (key == "Schedule type") {
             schedule_field = value;
@@ -400,8 +404,7 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
             const std::pair<int, int> v = {static_cast<int>(whole(key, value.substr(0, sep), range, where)),
                                            static_cast<int>(whole(key, value.substr(sep + 1), range, where))};
             (crop ? r.crop_coords : key == "Target size" ? r.target_size : r.original_size) = v;
-        }
-        else if (key == "TI hashes")
+        } else if (key == "TI hashes")
             r.embeddings = hash_list(value);
         else if (key == "Lora hashes")
             r.loras = hash_list(value);
@@ -431,8 +434,7 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Masked content") {
             r.masked_content = value;  // the web UI writes "latent noise" for this tool's latent-noise
             std::replace(r.masked_content->begin(), r.masked_content->end(), ' ', '-');
-        }
-        else if (key == "Hires upscale") {
+        } else if (key == "Hires upscale") {
             char* end = nullptr;
             const double v = std::strtod(value.c_str(), &end);
             if (value.empty() || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 64)
@@ -486,7 +488,8 @@ std::string check_honoured(const RecordedImage& r, const std::string& path, bool
     // A sampler the tool lacks (not just its schedule): name the ones it has.
     const bool sampler = !r.sampler && std::any_of(r.unhonoured.begin(), r.unhonoured.end(),
                                                    [](const std::string& f) { return f.rfind("Sampler: ", 0) == 0; });
-    throw Error(path + ": this tool cannot honour " + list + (sampler ? " (its samplers: " + sampler_choices() + ")" : "") +
+    throw Error(path + ": this tool cannot honour " + list +
+                (sampler ? " (its samplers: " + sampler_choices() + ")" : "") +
                 "; --from-png-lenient remakes it without them");
 }
 

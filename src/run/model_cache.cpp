@@ -405,8 +405,7 @@ ResolvedModel resolve_model(const std::string& model, const ModelCacheOptions& o
     if (name_path.filename().empty()) name_path = name_path.parent_path();
     if (S_ISDIR(st.st_mode)) {
         // An exported folder runs as it is; so does one that is not diffusers either (its load says what is missing).
-        if (file_exists(join_path(model, "model.json")) || !file_exists(join_path(model, "model_index.json")))
-            return r;
+        if (file_exists(join_path(model, "model.json")) || !file_exists(join_path(model, "model_index.json"))) return r;
     } else if (!S_ISREG(st.st_mode) || !has_checkpoint_extension(model)) {
         throw Error("--model " + model +
                     " is not a model: give an exported folder (model.json), a checkpoint (.safetensors, .ckpt) or "
@@ -445,8 +444,7 @@ std::vector<ModelCacheEntry> list_model_cache(const std::string& cache_dir) {
         if (m.source_sha256.empty()) continue;  // not complete
         try {
             m.source_name = load_model_config(m.path).source;
-        } catch (const Error&) {
-        }
+        } catch (const Error&) {}
         for (const auto& row : rows)
             if (row.sha256 == m.source_sha256) m.sources.push_back(row.path);
         for (fs::recursive_directory_iterator it(m.path, ec), end; !ec && it != end; it.increment(ec))

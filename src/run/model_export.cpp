@@ -45,8 +45,9 @@ except Exception as e:
 sys.exit(main(sys.argv[2:]))
 )";
 
-const char* const kSetup = "run scripts/setup.sh (it installs Debian's python3-torch), or set SD_PYTHON to a Python 3 "
-                           "that has PyTorch";
+const char* const kSetup =
+    "run scripts/setup.sh (it installs Debian's python3-torch), or set SD_PYTHON to a Python 3 "
+    "that has PyTorch";
 
 std::string env_or(const char* name, const std::string& fallback) {
     const char* v = std::getenv(name);
@@ -77,8 +78,9 @@ void run_python_export(const std::string& source, const std::string& out, const 
     const std::string package = export_package_dir();
     if (package.empty() || !file_exists(join_path(package, "sd_export/cli.py")))
         throw Error(shown_as + " is exported once before its first run, by the sd_export package, which is not in '" +
-                    package + "': set SD_EXPORT_PYTHONPATH to the folder that holds sd_export/ (python/ of the "
-                              "sources)");
+                    package +
+                    "': set SD_EXPORT_PYTHONPATH to the folder that holds sd_export/ (python/ of the "
+                    "sources)");
 
     std::vector<std::string> argv = {python, "-c", kBootstrap, package, source, "--out", out};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -142,8 +144,7 @@ void run_python_export(const std::string& source, const std::string& out, const 
     take_line(pending);
     ::close(fds[0]);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
 
     if (WIFSIGNALED(status))
         throw RunFailure("the export of " + shown_as + " was killed by signal " + std::to_string(WTERMSIG(status)) +

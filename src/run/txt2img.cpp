@@ -252,7 +252,7 @@ struct Extras {
     std::vector<float> latents;
     std::vector<int64_t> latent_shape;
     std::vector<Image> grid_images;
-    std::string grid_parameters;  // the first image's, as AUTOMATIC1111 labels its grids
+    std::string grid_parameters;     // the first image's, as AUTOMATIC1111 labels its grids
     std::vector<BatchOutput> noise;  // --save-noise: each batch's draws (only noise and noise_shape kept)
 
     void add(const Txt2ImgJob& job, const RunPlan& plan, const PlannedBatch& batch, const BatchOutput& out) {

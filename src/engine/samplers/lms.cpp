@@ -30,8 +30,7 @@ double lms_coefficient(int order, const std::vector<float>& t, int i, int j) {
     const long double nodes[] = {0.33998104358485626480L, 0.86113631159405257522L};
     const long double weights[] = {0.65214515486254614263L, 0.34785484513745385737L};
     long double sum = 0;
-    for (int n = 0; n < 2; ++n)
-        sum += weights[n] * (basis(mid - half * nodes[n]) + basis(mid + half * nodes[n]));
+    for (int n = 0; n < 2; ++n) sum += weights[n] * (basis(mid - half * nodes[n]) + basis(mid + half * nodes[n]));
     return static_cast<double>(half * sum);
 }
 
