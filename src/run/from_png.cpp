@@ -409,9 +409,11 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Lora hashes")
             r.loras = hash_list(value);
         else if (key == "Denoising strength") {
-            // With hires fix it is the second pass's, not a picture's to start from.
+            // With hires fix it is the second pass's, not a picture's to start from:
+            // this tool's own hires text is remade, the web UI's is not (its second
+            // pass lengthens the schedule and crops to the size; docs/img2img.md).
             // The web UI's txt2img writes "Denoising strength: 0" for none.
-            if (hires)
+            if (hires && r.writer != TextWriter::this_tool)
                 cannot(key, value);
             else if (const double v = number(key, value, 0, 1, where); v > 0)
                 r.strength = v;
@@ -434,6 +436,8 @@ RecordedImage parse_parameters_text(const std::string& text, const std::string& 
         else if (key == "Masked content") {
             r.masked_content = value;  // the web UI writes "latent noise" for this tool's latent-noise
             std::replace(r.masked_content->begin(), r.masked_content->end(), ' ', '-');
+        } else if (key.rfind("Hires ", 0) == 0 && r.writer != TextWriter::this_tool) {
+            cannot(key, value);
         } else if (key == "Hires upscale") {
             char* end = nullptr;
             const double v = std::strtod(value.c_str(), &end);

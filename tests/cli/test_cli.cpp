@@ -646,7 +646,7 @@ TEST(Trust, ModelJsonNumbersAreRangeChecked) {
 TEST(Trust, MessagesNameTheProblem) {
     const std::string dir = sdtest::temp_dir();
     sdtest::write_text(dir + "/model-file", "x");
-    expect_clean_failure(run(base_args(dir + "/model-file", dir)), "is a file, not a folder");
+    expect_clean_failure(run(base_args(dir + "/model-file", dir)), "is not a model: give an exported folder (model.json), a checkpoint");
 
     auto m = model_copy();
     std::filesystem::remove(m + "/vae_decoder.weights");

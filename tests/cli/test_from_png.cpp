@@ -104,6 +104,41 @@ TEST(FromPng, EverySamplerAndSeedModeRemakesTheSamePng) {
     EXPECT_EQ(c["seed"], 7 + sd::samplers().size() + 1);
 }
 
+// Acceptance (issue 35): the web UI's noise and an SDE sampler by its web UI
+// names (--rng nv --ensd 31337 --sampler "DPM++ 2M SDE" --schedule Karras, its
+// Brownian tree seeded per image), then with a variation seed and seed resize:
+// --from-png on each image gives the same PNG, and the text names them all.
+TEST(FromPng, WebUiNoiseAndSdeSamplerRemakeTheSamePng) {
+    const std::string dir = sdtest::temp_dir();
+    const std::vector<std::string> web = {"--rng", "nv", "--ensd", "31337", "--sampler", "DPM++ 2M SDE", "--schedule", "Karras",
+                                          "--seed-mode", "per-image", "--seed", "1234", "--n_samples", "2",
+                                          "--prompt", "a red fox"};
+    auto r = sdtest::run(plus(fast_args(dir + "/a"), web));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto originals = paths_of(r);
+    ASSERT_EQ(originals.size(), 2u);
+    auto v = sdtest::run(plus(plus(fast_args(dir + "/b"), web),
+                              {"--subseed", "99", "--subseed-strength", "0.3", "--seed-resize-from", "128x64"}));
+    ASSERT_EQ(v.exit_code, 0) << v.err;
+    for (const auto& p : paths_of(v)) originals.push_back(p);
+    ASSERT_EQ(originals.size(), 4u);
+    const std::string text = parameters_of(originals[2]);
+    for (const char* field : {"Sampler: DPM++ 2M SDE, Schedule type: Karras", "Seed: 1234", "ENSD: 31337", "RNG: NV",
+                              "Variation seed: 99", "Variation seed strength: 0.3", "Seed resize from: 128x64"})
+        EXPECT_NE(text.find(field), std::string::npos) << field << " not in " << text;
+    // The noise options change the picture (else this test could not fail).
+    EXPECT_NE(sdtest::read_text(originals[0]), sdtest::read_text(originals[2]));
+    auto remade = sdtest::run({sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--outdir", dir + "/remade",
+                               "--threads", "1", "--quiet", "--json", "--from-png", originals[0], originals[1],
+                               originals[2], originals[3]});
+    ASSERT_EQ(remade.exit_code, 0) << remade.err;
+    const auto again = paths_of(remade);
+    ASSERT_EQ(again.size(), originals.size());
+    for (size_t i = 0; i < originals.size(); ++i)
+        EXPECT_EQ(sdtest::read_text(again[i]), sdtest::read_text(originals[i]))
+            << "not the same PNG: " << parameters_of(originals[i]) << "\nremade as\n" << parameters_of(again[i]);
+}
+
 // A compvis image after the first batch depends on every batch before it: refused, saying why.
 TEST(FromPng, LaterCompvisBatchIsRefused) {
     const std::string dir = sdtest::temp_dir();
