@@ -207,42 +207,12 @@ def open_checkpoint(path, folder=None):
 VAE_DECODER_PARTS = ("decoder.", "post_quant_conv.")
 
 
-class VaeOverride:
-    """A single-file checkpoint whose VAE decoder weights come from a standalone VAE file
-    (--vae, e.g. vae-ft-mse-840000-ema-pruned): its decoder.* and post_quant_conv.* tensors,
-    bare or under first_stage_model., replace the checkpoint's. The encoder stays the checkpoint's
-    (as the run-time --vae, which replaces the decoder alone; the released fine-tuned VAEs
-    changed only the decoder)."""
-
-    def __init__(self, base, vae_path):
-        self.base, self.path = base, base.path
-        if not os.path.isfile(vae_path):
-            raise ExportError(f"--vae {vae_path} does not exist")
-        self.vae = open_weight_file(vae_path)
-        self.names = {}  # checkpoint key -> key in the VAE file
-        for k in self.vae.keys():
-            bare = k[len("first_stage_model."):] if k.startswith("first_stage_model.") else k
-            if bare.startswith(VAE_DECODER_PARTS):
-                self.names["first_stage_model." + bare] = k
-        if not self.names:
-            raise ExportError(f"--vae {vae_path} holds no VAE decoder tensors (decoder.* and post_quant_conv.*, "
-                              f"bare or under first_stage_model.)")
-        prefixes = tuple("first_stage_model." + p for p in VAE_DECODER_PARTS)
-        wanted = [k for k in base.keys() if k.startswith(prefixes)]
-        for k in wanted:
-            bare = k[len("first_stage_model."):]
-            if k not in self.names:
-                raise ExportError(f"--vae {vae_path} lacks the tensor {bare} of {base.path}'s VAE decoder")
-            if tuple(self.vae.shape(self.names[k])) != tuple(base.shape(k)):
-                raise ExportError(f"--vae {vae_path}: {bare} is {list(self.vae.shape(self.names[k]))}, "
-                                  f"{base.path}'s VAE has {list(base.shape(k))} (a VAE for another model family?)")
-        extra = sorted(set(self.names) - set(wanted))
-        if extra:
-            raise ExportError(f"--vae {vae_path}: {extra[0][len('first_stage_model.'):]} is not a tensor of "
-                              f"{base.path}'s VAE decoder")
+class TensorOverlay:
+    """A checkpoint some of whose tensors are read from another file: `names` maps a
+    checkpoint key to its key in `overlay`; every other key is the base's."""
 
     def _part(self, key):
-        return (self.vae, self.names[key]) if key in self.names else (self.base, key)
+        return (self.overlay, self.names[key]) if key in self.names else (self.base, key)
 
     def keys(self):
         return self.base.keys()
@@ -265,4 +235,39 @@ class VaeOverride:
 
     def close(self):
         self.base.close()
-        self.vae.close()
+        self.overlay.close()
+
+
+class VaeOverride(TensorOverlay):
+    """A single-file checkpoint whose VAE decoder weights come from a standalone VAE file
+    (--vae, e.g. vae-ft-mse-840000-ema-pruned): its decoder.* and post_quant_conv.* tensors,
+    bare or under first_stage_model., replace the checkpoint's. The encoder stays the checkpoint's
+    (as the run-time --vae, which replaces the decoder alone; the released fine-tuned VAEs
+    changed only the decoder)."""
+
+    def __init__(self, base, vae_path):
+        self.base, self.path = base, base.path
+        if not os.path.isfile(vae_path):
+            raise ExportError(f"--vae {vae_path} does not exist")
+        self.overlay = open_weight_file(vae_path)
+        self.names = {}  # checkpoint key -> key in the VAE file
+        for k in self.overlay.keys():
+            bare = k[len("first_stage_model."):] if k.startswith("first_stage_model.") else k
+            if bare.startswith(VAE_DECODER_PARTS):
+                self.names["first_stage_model." + bare] = k
+        if not self.names:
+            raise ExportError(f"--vae {vae_path} holds no VAE decoder tensors (decoder.* and post_quant_conv.*, "
+                              f"bare or under first_stage_model.)")
+        prefixes = tuple("first_stage_model." + p for p in VAE_DECODER_PARTS)
+        wanted = [k for k in base.keys() if k.startswith(prefixes)]
+        for k in wanted:
+            bare = k[len("first_stage_model."):]
+            if k not in self.names:
+                raise ExportError(f"--vae {vae_path} lacks the tensor {bare} of {base.path}'s VAE decoder")
+            if tuple(self.overlay.shape(self.names[k])) != tuple(base.shape(k)):
+                raise ExportError(f"--vae {vae_path}: {bare} is {list(self.overlay.shape(self.names[k]))}, "
+                                  f"{base.path}'s VAE has {list(base.shape(k))} (a VAE for another model family?)")
+        extra = sorted(set(self.names) - set(wanted))
+        if extra:
+            raise ExportError(f"--vae {vae_path}: {extra[0][len('first_stage_model.'):]} is not a tensor of "
+                              f"{base.path}'s VAE decoder")

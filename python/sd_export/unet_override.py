@@ -4,6 +4,7 @@ checkpoint beside it."""
 
 import os
 
+from .checkpoints import TensorOverlay
 from .gguf_io import GgufFile
 from .report import ExportError
 
@@ -12,7 +13,7 @@ UNET_PREFIX = "model.diffusion_model."
 OTHER_PARTS = ("cond_stage_model.", "first_stage_model.", "conditioner.", "model_ema.")
 
 
-class UnetOverride:
+class UnetOverride(TensorOverlay):
     """The checkpoint's tensors, its model.diffusion_model.* replaced by the GGUF file's UNet.
     The GGUF names are CompVis' (model.diffusion_model.input_blocks...) or bare
     (input_blocks..., as ComfyUI-GGUF writes them); both are read under the CompVis name."""
@@ -21,9 +22,9 @@ class UnetOverride:
         self.base, self.path = base, base.path
         if not os.path.isfile(unet_path):
             raise ExportError(f"--unet-gguf {unet_path} does not exist")
-        self.unet = GgufFile(unet_path)
+        self.overlay = GgufFile(unet_path)
         self.names = {}  # checkpoint key -> key in the GGUF file
-        for k in self.unet.keys():
+        for k in self.overlay.keys():
             if k.startswith(OTHER_PARTS) or "." not in k:
                 continue  # another part, or a schedule buffer such as alphas_cumprod
             full = k if k.startswith(UNET_PREFIX) else UNET_PREFIX + k
@@ -36,28 +37,5 @@ class UnetOverride:
                               f"input_blocks.*, middle_block.*, ...)")
         self.own = [k for k in base.keys() if not k.startswith(UNET_PREFIX)]
 
-    def _part(self, key):
-        return (self.unet, self.names[key]) if key in self.names else (self.base, key)
-
     def keys(self):
         return self.own + list(self.names)
-
-    def shape(self, key):
-        f, k = self._part(key)
-        return tuple(f.shape(k))
-
-    def is_float(self, key):
-        f, k = self._part(key)
-        return f.is_float(k)
-
-    def dtype_name(self, key):
-        f, k = self._part(key)
-        return f.dtype_name(k)
-
-    def load(self, key):
-        f, k = self._part(key)
-        return f.load(k)
-
-    def close(self):
-        self.base.close()
-        self.unet.close()
