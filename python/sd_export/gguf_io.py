@@ -34,14 +34,19 @@ KV_STRING, KV_ARRAY, KV_UINT32 = 8, 9, 4
 READ_TYPES = {0: ("f32", 1, 4), 1: ("f16", 1, 2), 30: ("bf16", 1, 2), 28: ("f64", 1, 8),
               2: ("q4_0", 32, 18), 3: ("q4_1", 32, 20), 6: ("q5_0", 32, 22), 7: ("q5_1", 32, 24),
               8: ("q8_0", 32, 34),
+              # The k-quants: super-blocks of 256 values (ggml-common.h's QK_K).
+              10: ("q2_K", 256, 84), 11: ("q3_K", 256, 110), 12: ("q4_K", 256, 144), 13: ("q5_K", 256, 176),
+              14: ("q6_K", 256, 210),
               24: ("i8", 1, 1), 25: ("i16", 1, 2), 26: ("i32", 1, 4), 27: ("i64", 1, 8)}
 INT_TYPES = {"i8": "<i1", "i16": "<i2", "i32": "<i4", "i64": "<i8"}
 # The other ggml types, named so that a file using one is refused by name.
-OTHER_TYPES = {9: "q8_1", 10: "q2_K", 11: "q3_K", 12: "q4_K", 13: "q5_K", 14: "q6_K", 15: "q8_K",
+# q8_K is the k-quants' dot-product intermediate: ggml gives it no to_float, and no file stores it.
+OTHER_TYPES = {9: "q8_1", 15: "q8_K",
                16: "iq2_xxs", 17: "iq2_xs", 18: "iq3_xxs", 19: "iq1_s", 20: "iq4_nl", 21: "iq3_s", 22: "iq2_s",
                23: "iq4_xs", 29: "iq1_m", 31: "q4_0_4_4", 32: "q4_0_4_8", 33: "q4_0_8_8", 34: "tq1_0",
-               35: "tq2_0", 36: "iq4_nl_4_4", 37: "iq4_nl_4_8", 38: "iq4_nl_8_8", 39: "mxfp4"}
-SUPPORTED = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"
+               35: "tq2_0", 36: "iq4_nl_4_4", 37: "iq4_nl_4_8", 38: "iq4_nl_8_8", 39: "mxfp4", 40: "nvfp4",
+               41: "q1_0", 42: "q2_0"}
+SUPPORTED = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K"
 
 # The smallest encodings: a key-value (empty key, type, a one-byte value) and a tensor info
 # (empty name, no dimensions, type, offset). They bound the counts before anything is read.
@@ -249,6 +254,8 @@ BLOCKS = {
 def dequantize(tname, raw):
     """Blocks of 32 values to a flat float32 array, as ggml's dequantize_row_*."""
     import numpy as np
+    if tname in K_BLOCKS:
+        return dequantize_k(tname, raw)
     b = raw.view(np.dtype(BLOCKS[tname]))
     d = b["d"].astype(np.float32)[:, None]
     if tname == "q8_0":
@@ -265,3 +272,80 @@ def dequantize(tname, raw):
         return ((q - 16).astype(np.float32) * d).reshape(-1)
     m = b["m"].astype(np.float32)[:, None]
     return (q.astype(np.float32) * d + m).reshape(-1)
+
+
+# The k-quant super-blocks (ggml-common.h's block_q*_K), 256 values each. d and dmin are fp16;
+# the sub-block scales are small integers packed in bytes (see the functions below).
+K_BLOCKS = {
+    "q2_K": [("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2"), ("dmin", "<f2")],
+    "q3_K": [("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", 12), ("d", "<f2")],
+    "q4_K": [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)],
+    "q5_K": [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32), ("qs", "u1", 128)],
+    "q6_K": [("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")],
+}
+
+
+def _two_bit_planes(qs, np):
+    """q2_K/q3_K's low bits: each half of 128 values reads 32 bytes four times, 2 bits deeper each time;
+    within one pass bytes 0-15 give one 16-value sub-block and bytes 16-31 the next.
+    Result [blocks, 256] in value order, values 0-3."""
+    planes = qs.reshape(-1, 2, 1, 2, 16) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 4, 1, 1)
+    return (planes & 3).reshape(-1, 256)
+
+
+def _scales_mins_6bit(s, np):
+    """q4_K/q5_K: eight 6-bit (scale, min) pairs in 12 bytes. Pairs 0-3: low 6 bits of bytes 0-3
+    (scales) and 4-7 (mins). Pairs 4-7: bytes 8-11 give the low 4 bits (scale in the low nibble,
+    min in the high one); the top 2 bits of bytes 0-3 and 4-7 give their bits 4-5."""
+    lo, mid, hi = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    scales = np.concatenate([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], axis=1)
+    mins = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=1)
+    return scales.astype(np.float32), mins.astype(np.float32)
+
+
+def dequantize_k(tname, raw):
+    """k-quant super-blocks to a flat float32 array, as ggml's dequantize_row_q*_K: the same float32
+    operations in the same order (fp16 scale times the sub-block's integer scale, times the quant,
+    minus fp16 dmin times the integer min where the type has one), so the bits equal ggml's."""
+    import numpy as np
+    b = raw.view(np.dtype(K_BLOCKS[tname]))
+    d = b["d"].astype(np.float32)[:, None]
+    if tname == "q2_K":
+        # 16 sub-blocks of 16: scale in the low nibble, min in the high one; value = d*sc*q - dmin*m.
+        sc = b["scales"]
+        step = np.repeat(d * (sc & 0x0F).astype(np.float32), 16, axis=1)
+        low = np.repeat(b["dmin"].astype(np.float32)[:, None] * (sc >> 4).astype(np.float32), 16, axis=1)
+        return (step * _two_bit_planes(b["qs"], np).astype(np.float32) - low).reshape(-1)
+    if tname == "q3_K":
+        # 16 signed 6-bit scales (stored + 32): low 4 bits are the nibbles of bytes 0-7 (low nibbles
+        # for sub-blocks 0-7, high for 8-15), bits 4-5 come from bytes 8-11, 2 bits per group of four.
+        s = b["scales"]
+        j = np.arange(16)
+        low4 = np.concatenate([s[:, 0:8] & 0x0F, s[:, 0:8] >> 4], axis=1)
+        top2 = (s[:, 8 + j % 4] >> (2 * (j // 4)).astype(np.uint8)) & 3
+        sc = (low4 | (top2 << 4)).astype(np.int32) - 32
+        step = np.repeat(d * sc.astype(np.float32), 16, axis=1)
+        # The third bit is in hmask: value l of pass p (p = 0..7 over both halves) is bit p of byte l % 32;
+        # a clear bit means the quant is 4 lower.
+        bit = (b["hmask"].reshape(-1, 1, 1, 2, 16) >> np.arange(8, dtype=np.uint8).reshape(1, 2, 4, 1, 1)) & 1
+        q = _two_bit_planes(b["qs"], np).astype(np.int32) - 4 * (1 - bit.reshape(-1, 256).astype(np.int32))
+        return (step * q.astype(np.float32)).reshape(-1)
+    if tname in ("q4_K", "q5_K"):
+        # 8 sub-blocks of 32: each 32 bytes of qs hold two sub-blocks (low nibbles, then high nibbles).
+        sc, mn = _scales_mins_6bit(b["scales"], np)
+        q = (b["qs"].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+        if tname == "q5_K":
+            # Bit s of qh byte l is the fifth bit of value l of sub-block s.
+            fifth = (b["qh"].reshape(-1, 1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 4, 2, 1)) & 1
+            q = q | (fifth << 4)
+        step = np.repeat(d * sc, 32, axis=1)
+        low = np.repeat(b["dmin"].astype(np.float32)[:, None] * mn, 32, axis=1)
+        return (step * q.reshape(-1, 256).astype(np.float32) - low).reshape(-1)
+    # q6_K: 16 sub-blocks of 16 with int8 scales. Each half of 128 values takes 64 bytes of ql (low
+    # 4 bits: quarters 0 and 1 from the low nibbles of bytes 0-31 and 32-63, quarters 2 and 3 from
+    # their high nibbles) and 32 bytes of qh (2 bits per quarter, quarter k at bits 2k-2k+1).
+    low4 = (b["ql"].reshape(-1, 2, 1, 2, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1, 1)) & 0x0F
+    top2 = (b["qh"].reshape(-1, 2, 1, 1, 32) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 2, 2, 1)) & 3
+    q = (low4 | (top2 << 4)).reshape(-1, 256).astype(np.int32) - 32
+    step = np.repeat(d * b["scales"].astype(np.float32), 16, axis=1)
+    return (step * q.astype(np.float32)).reshape(-1)

@@ -237,8 +237,8 @@ class HostileFiles(unittest.TestCase):
 
     def test_unread_type_refused_by_name(self):
         t = valid_tensors()
-        t[1].type_id = gw.TYPE_IDS["q4_K"]
-        self.refused(gw.build(t), "'b'", "q4_K")
+        t[1].type_id = gw.TYPE_IDS["q8_K"]
+        self.refused(gw.build(t), "'b'", "stored as q8_K", "q6_K")
 
     def test_duplicate_tensor_names(self):
         t = valid_tensors()
