@@ -10,8 +10,9 @@ uint64 length and UTF-8 bytes; everything is little-endian.
 The file is memory-mapped and only read as data. Every count, length and offset is checked
 against the file size before it is used, so a hostile file is refused with one line.
 Quantized blocks are expanded to float32 with ggml's arithmetic (one fp16 to fp32 conversion
-and one multiply, or multiply-add, per value; every product is exact in float32), so the
-tensors equal those of ggml's own to_float bit for bit.
+and one multiply, or multiply-add, per value; the k-quants first scale the fp16 scale by the
+sub-block's integer scale), in ggml's order, so the tensors equal those of ggml's own to_float
+bit for bit (tests/data/ggml-blocks/ holds ggml's values for every type read).
 """
 
 import mmap
