@@ -193,8 +193,9 @@ class GgufFile:
             count = 1
             for d in ne:
                 count *= d  # Python integers: no overflow, compared with the file size below
-            if ne and ne[0] % block:
-                raise c.fail(f"tensor {name!r} is {tname} but its rows of {ne[0]} values are not whole blocks "
+            row = ne[0] if ne else 1  # no dimensions: one value, as in ggml
+            if row % block:
+                raise c.fail(f"tensor {name!r} is {tname} but its rows of {row} values are not whole blocks "
                              f"of {block}")
             nbytes = count // block * block_bytes
             if offset % alignment:

@@ -147,6 +147,14 @@ class KQuantFiles(unittest.TestCase):
                 t = gw.Tensor("w", [8, 128], tname, raw)
                 self.refused(gw.build([t]), f"half-{tname}.gguf", "'w'", "whole blocks of 256")
 
+    def test_quantized_scalar_refused(self):
+        # No dimensions is one value (as ggml reads it): not a whole block of any quantized type.
+        for tname, block in (("q8_0", 32), ("q6_K", 256)):
+            with self.subTest(type=tname):
+                t = gw.Tensor("s", [], tname, b"")
+                self.refused(gw.build([gw.f32_tensor("a", np.zeros(2, np.float32)), t]), f"scalar-{tname}.gguf",
+                             "'s'", f"rows of 1 values are not whole blocks of {block}")
+
     def test_truncated_k_quant_data_refused(self):
         for tname in K_QUANTS:
             with self.subTest(type=tname), GgufFile(block_file(tname)) as g:
