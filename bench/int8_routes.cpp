@@ -21,7 +21,8 @@
 //   cmake --build build --target bench_int8_routes
 //   build/bench_int8_routes [threads] [rounds]       prints Markdown tables
 // Rounds alternate the routes inside one process (the machine is shared and
-// its load swings): each route's time is its best round.
+// its load swings): each route's time is its best round, by wall clock and by
+// process CPU time (run with OMP_WAIT_POLICY=passive).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -34,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -50,6 +52,14 @@ using md = dnnl::memory::desc;
 using Args = std::unordered_map<int, dnnl::memory>;
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// The process's CPU time: under load a long run is preempted more often than a short one, which biases wall
+// times towards the faster route; CPU time (OMP_WAIT_POLICY=passive, so waiting threads sleep) mostly is not.
+double cpu_now() {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 // ---- Activation quantization. Written so the compiler vectorizes it, built
 // twice (AVX-512 and AVX2) and picked by what oneDNN may use, so that a run
@@ -165,7 +175,7 @@ dnnl::memory packed(dnnl::engine& eng, dnnl::stream& s, dnnl::memory src, const 
 struct Route {
     std::string name;
     std::function<at::Tensor()> run;  // returns the fp32 result (plain layout)
-    double best = 1e30;
+    double best = 1e30, best_cpu = 1e30;
     double best_quant = 1e30;  // the quantization / narrowing pass alone, where there is one
     double rel = 0, maxabs = 0;
 };
@@ -178,9 +188,10 @@ void time_rounds(std::vector<Route>& routes, int rounds) {
         for (auto& r : routes) {
             double q = -1;
             g_quant_seconds = &q;
-            const double t0 = now();
+            const double t0 = now(), c0 = cpu_now();
             r.run();
             const double t = now() - t0;
+            r.best_cpu = std::min(r.best_cpu, cpu_now() - c0);
             g_quant_seconds = nullptr;
             r.best = std::min(r.best, t);
             if (q >= 0) r.best_quant = std::min(r.best_quant, q);
@@ -345,12 +356,24 @@ int main(int argc, char** argv) {
 
         // bf16: activations narrowed per call (oneDNN reorder), weights prepacked.
         const md src_h({M, K}, dt::bf16, tag::ab), bias_m({1, N}, dt::f32, tag::ab);
-        const dnnl::matmul::primitive_desc mmH({src_h, md({K, N}, dt::bf16, tag::any), bias_m, dst_f}, eng);
-        const auto wH = packed(eng, strm, wrap(md({K, N}, dt::f32, tag::ba), eng, w), mmH.weights_desc());
-        const dnnl::matmul primH(mmH);
+        // (Below AVX-512, as with DNNL_MAX_CPU_ISA=AVX2, oneDNN 2.6 has no bf16 at all: the route is left out.)
+        bool has_h = true;
+        dnnl::matmul::primitive_desc mmH;
+        try {
+            mmH = dnnl::matmul::primitive_desc({src_h, md({K, N}, dt::bf16, tag::any), bias_m, dst_f}, eng);
+        } catch (const dnnl::error&) {
+            has_h = false;
+        }
+        dnnl::memory wH;
+        dnnl::matmul primH;
+        if (has_h) {
+            wH = packed(eng, strm, wrap(md({K, N}, dt::f32, tag::ba), eng, w), mmH.weights_desc());
+            primH = dnnl::matmul(mmH);
+        }
         dnnl::memory xh(src_h, eng);
-        auto yH = at::empty({M, N});
+        auto yH = at::zeros({M, N});
         auto runH = [&] {
+            if (!has_h) return yH;
             const double t0 = now();
             auto xf = wrap(src_f, eng, x);
             dnnl::reorder(xf, xh).execute(strm, xf, xh);
@@ -379,14 +402,17 @@ int main(int argc, char** argv) {
         }
         auto cell = [&](const Route& r) {
             char c[64];
-            std::snprintf(c, sizeof c, "%s [%.0f]", ms(r.best).c_str(), gflop / r.best);
+            std::snprintf(c, sizeof c, "%s [%.0f] (%s)", ms(r.best).c_str(), gflop / r.best, ms(r.best_cpu).c_str());
             return std::string(c);
         };
-        std::printf("| %s | %ld x %ld -> %ld | %s | %s | %s | %s | %s / %s | %s | %.2f | %.2f | %.2f |\n", s.where,
+        std::printf("| %s | %ld x %ld -> %ld | %s | %s | %s | %s | %s / %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |\n", s.where,
                     (long)M, (long)K, (long)N, cell(routes[0]).c_str(), cell(routes[1]).c_str(),
                     cell(routes[2]).c_str(), cell(routes[3]).c_str(), ms(routes[2].best_quant).c_str(),
-                    ms(routes[3].best_quant).c_str(), cell(routes[4]).c_str(), routes[0].best / routes[2].best,
-                    routes[1].best / routes[2].best, routes[1].best / routes[3].best);
+                    ms(routes[3].best_quant).c_str(), has_h ? cell(routes[4]).c_str() : "n/a",
+                    routes[0].best / routes[2].best,
+                    routes[0].best_cpu / routes[2].best_cpu, routes[1].best / routes[2].best,
+                    routes[1].best_cpu / routes[2].best_cpu, routes[1].best / routes[3].best,
+                    routes[1].best_cpu / routes[3].best_cpu);
         std::fflush(stdout);
 
         // Fidelity extras: B on per-channel weights quantized from fp32, and the outlier activations.
@@ -403,7 +429,8 @@ int main(int argc, char** argv) {
                       ref.abs().max().item<double>());
         fid.push_back(line);
         impls.push_back(std::to_string(M) + "x" + std::to_string(K) + "->" + std::to_string(N) + ": int8 " +
-                        mmBt.impl_info_str() + ", fp32 " + ipC.impl_info_str() + ", bf16 " + mmH.impl_info_str());
+                        mmBt.impl_info_str() + ", fp32 " + ipC.impl_info_str() + ", bf16 " +
+                        (has_h ? mmH.impl_info_str() : "none"));
     }
     std::printf("\noneDNN implementations:\n");
     for (const auto& l : impls) std::printf("  %s\n", l.c_str());
@@ -420,7 +447,7 @@ int main(int argc, char** argv) {
     const std::vector<ConvShape> convs = {{"UNet 512², level 1", 2, 320, 64},
                                           {"UNet 512², level 2", 2, 640, 32},
                                           {"UNet 512², level 3", 2, 1280, 16}};
-    std::printf("\nconv3x3, padding 1, batch 2, C -> C; time in ms, [GFLOP/s]. A: LibTorch conv2d on the expanded "
+    std::printf("\nconv3x3, padding 1, batch 2, C -> C; wall ms [GFLOP/s] (CPU ms), ratios by wall (by CPU time). A: LibTorch conv2d on the expanded "
                 "q8_0 weight (today's); C: oneDNN fp32, weight prepacked, activations reordered NCHW -> oneDNN's layout -> NCHW; Bt: per-tensor s8 "
                 "activations (max |x| pass, then oneDNN reorder f32 NCHW -> s8 in the primitive's layout, scaled), "
                 "s8 weight per output channel prepacked, f32 result reordered back to NCHW (scaled); bf16: f32 NCHW -> bf16 (primitive's layout), "
@@ -528,15 +555,27 @@ int main(int argc, char** argv) {
             return yB;
         };
 
-        const dnnl::convolution_forward::primitive_desc cH(
-            {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, md(xd, dt::bf16, tag::any),
-             md(wdims, dt::bf16, tag::any), bias_f, md(xd, dt::f32, tag::any), {1, 1}, pd1, pd1},
-            eng);
-        const auto wH = packed(eng, strm, wrap(md(wdims, dt::f32, tag::oihw), eng, w), cH.weights_desc());
-        const dnnl::convolution_forward primH(cH);
-        dnnl::memory hsrc(cH.src_desc(), eng), hdst(cH.dst_desc(), eng);
-        auto yH = at::empty({n, c, h, h});
+        bool has_h = true;
+        dnnl::convolution_forward::primitive_desc cH;
+        try {
+            cH = dnnl::convolution_forward::primitive_desc(
+                {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, md(xd, dt::bf16, tag::any),
+                 md(wdims, dt::bf16, tag::any), bias_f, md(xd, dt::f32, tag::any), {1, 1}, pd1, pd1},
+                eng);
+        } catch (const dnnl::error&) {
+            has_h = false;
+        }
+        dnnl::memory wH, hsrc, hdst;
+        dnnl::convolution_forward primH;
+        if (has_h) {
+            wH = packed(eng, strm, wrap(md(wdims, dt::f32, tag::oihw), eng, w), cH.weights_desc());
+            primH = dnnl::convolution_forward(cH);
+            hsrc = dnnl::memory(cH.src_desc(), eng);
+            hdst = dnnl::memory(cH.dst_desc(), eng);
+        }
+        auto yH = at::zeros({n, c, h, h});
         auto runH = [&] {
+            if (!has_h) return yH;
             auto xf = wrap(x_nchw, eng, x);
             dnnl::reorder(xf, hsrc).execute(strm, xf, hsrc);
             primH.execute(strm, {{DNNL_ARG_SRC, hsrc},
@@ -558,14 +597,17 @@ int main(int argc, char** argv) {
         }
         auto cell = [&](const Route& r) {
             char t[64];
-            std::snprintf(t, sizeof t, "%s [%.0f]", ms(r.best).c_str(), gflop / r.best);
+            std::snprintf(t, sizeof t, "%s [%.0f] (%s)", ms(r.best).c_str(), gflop / r.best, ms(r.best_cpu).c_str());
             return std::string(t);
         };
-        std::printf("| %s | %ld x %ld x %ld x %ld | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n", s.where,
+        std::printf("| %s | %ld x %ld x %ld x %ld | %s | %s | %s | %s | %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |\n", s.where,
                     (long)n, (long)c, (long)h, (long)h, cell(routes[0]).c_str(), cell(routes[1]).c_str(),
                     ms(routes[1].best_quant).c_str(),
-                    cell(routes[2]).c_str(), ms(routes[2].best_quant).c_str(), cell(routes[3]).c_str(),
-                    routes[0].best / routes[2].best, routes[1].best / routes[2].best, routes[1].best / routes[3].best);
+                    cell(routes[2]).c_str(), ms(routes[2].best_quant).c_str(),
+                    has_h ? cell(routes[3]).c_str() : "n/a",
+                    routes[0].best / routes[2].best, routes[0].best_cpu / routes[2].best_cpu,
+                    routes[1].best / routes[2].best, routes[1].best_cpu / routes[2].best_cpu,
+                    routes[1].best / routes[3].best, routes[1].best_cpu / routes[3].best_cpu);
         std::fflush(stdout);
         char line[400];
         std::snprintf(line, sizeof line, "| %ld x %ld x %ld x %ld | %.2e / %.2e | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.3f |",
@@ -573,7 +615,8 @@ int main(int argc, char** argv) {
                       routes[2].rel, routes[2].maxabs, routes[3].rel, routes[3].maxabs, routes[1].rel,
                       routes[1].maxabs, ref.abs().max().item<double>());
         fid.push_back(line);
-        std::printf("  (oneDNN implementations: int8 %s, bf16 %s, fp32 %s)\n", cB.impl_info_str(), cH.impl_info_str(),
+        std::printf("  (oneDNN implementations: int8 %s, bf16 %s, fp32 %s)\n", cB.impl_info_str(),
+                    has_h ? cH.impl_info_str() : "none",
                     cC.impl_info_str());
     }
     std::printf("\nconv fidelity: rel (max abs) against double with the fp32 weight; weight err q8_0 / q8_0 "
