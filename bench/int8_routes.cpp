@@ -241,8 +241,8 @@ int main(int argc, char** argv) {
         {"FF out, 32²", 2048, 2560, 640},         {"attn q/k/v/out, 16²", 512, 1280, 1280},
         {"FF proj (GEGLU), 16²", 512, 1280, 10240}, {"FF out, 16²", 512, 5120, 1280},
     };
-    std::printf("Linear y = x wᵀ + b, SD 1.5 UNet at 512², guided (2 rows of latents); time in ms, "
-                "[GFLOP/s]:\n\n");
+    std::printf("Linear y = x wᵀ + b, SD 1.5 UNet at 512², guided (2 rows of latents); wall ms [GFLOP/s] "
+                "(CPU ms), ratios by wall (by CPU time):\n\n");
     std::printf("| layer | rows x in -> out | A: q8_0 expand + fp32 | C: fp32 prepacked | Bt: int8 per-tensor | "
                 "Br: int8 per-row | quant pass t / r | bf16 | A/Bt | C/Bt | C/Br |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -607,7 +607,7 @@ int main(int argc, char** argv) {
                     has_h ? cell(routes[3]).c_str() : "n/a",
                     routes[0].best / routes[2].best, routes[0].best_cpu / routes[2].best_cpu,
                     routes[1].best / routes[2].best, routes[1].best_cpu / routes[2].best_cpu,
-                    routes[1].best / routes[3].best, routes[1].best_cpu / routes[3].best_cpu);
+                    has_h ? routes[1].best / routes[3].best : NAN, has_h ? routes[1].best_cpu / routes[3].best_cpu : NAN);
         std::fflush(stdout);
         char line[400];
         std::snprintf(line, sizeof line, "| %ld x %ld x %ld x %ld | %.2e / %.2e | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.3f |",
