@@ -19,7 +19,7 @@
 // weights computed in double, ‖y − y_ref‖ / ‖y_ref‖ and max |y − y_ref|.
 //
 //   cmake --build build --target bench_int8_routes
-//   build/bench_int8_routes [threads] [rounds]       prints Markdown tables
+//   build/bench_int8_routes [threads] [rounds] [weight bits: 8, or 7]   prints Markdown tables
 // Rounds alternate the routes inside one process (the machine is shared and
 // its load swings): each route's time is its best round, by wall clock and by
 // process CPU time (run with OMP_WAIT_POLICY=passive).
@@ -147,11 +147,16 @@ at::Tensor expand_q8_0(const at::Tensor& q, const at::Tensor& d) {
     return (q.reshape({d.size(0), d.size(1), 32}).to(at::kFloat) * d.to(at::kFloat).unsqueeze(2)).reshape(q.sizes());
 }
 
+// The largest weight level: 127, or 63 (7 bits) for CPUs without VNNI, where oneDNN's u8 x s8 pair sums
+// in 16 bits can saturate.
+int g_weight_levels = 127;
+
 // One symmetric scale per output channel (dim 0): {int8 weight, fp32 scales}.
 std::pair<at::Tensor, at::Tensor> quantize_per_channel(const at::Tensor& w) {
     const auto rows = w.reshape({w.size(0), -1});
-    auto scale = rows.abs().amax(1).div(127.0).clamp_min(1e-30);
-    auto q = (rows / scale.unsqueeze(1)).round().clamp(-127, 127).to(at::kChar).reshape(w.sizes()).contiguous();
+    const double levels = g_weight_levels;
+    auto scale = rows.abs().amax(1).div(levels).clamp_min(1e-30);
+    auto q = (rows / scale.unsqueeze(1)).round().clamp(-levels, levels).to(at::kChar).reshape(w.sizes()).contiguous();
     return {q, scale.contiguous()};
 }
 
@@ -223,15 +228,17 @@ std::string ms(double s) {
 int main(int argc, char** argv) {
     const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
     const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+    if (argc > 3) g_weight_levels = std::atoi(argv[3]) == 7 ? 63 : 127;
     at::set_num_threads(threads);
     omp_set_num_threads(threads);
     at::manual_seed(37);
     dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     dnnl::stream strm(eng);
     const auto isa = dnnl::get_effective_cpu_isa();
-    std::printf("oneDNN %d.%d.%d, effective ISA code 0x%x, %d thread(s), best of %d alternating rounds\n\n",
+    std::printf("oneDNN %d.%d.%d, effective ISA code 0x%x, %d thread(s), best of %d alternating rounds, int8 "
+                "weights in [-%d, %d]\n\n",
                 dnnl::version()->major, dnnl::version()->minor, dnnl::version()->patch, static_cast<unsigned>(isa),
-                threads, rounds);
+                threads, rounds, g_weight_levels, g_weight_levels);
 
     // ------------------------------------------------------------------ Linear
     const std::vector<LinearShape> lin = {
@@ -400,6 +407,7 @@ int main(int argc, char** argv) {
             r.rel = rel_err(y, ref);
             r.maxabs = max_abs(y, ref);
         }
+        if (!has_h) routes[4].rel = routes[4].maxabs = NAN;
         auto cell = [&](const Route& r) {
             char c[64];
             std::snprintf(c, sizeof c, "%s [%.0f] (%s)", ms(r.best).c_str(), gflop / r.best, ms(r.best_cpu).c_str());
@@ -595,6 +603,7 @@ int main(int argc, char** argv) {
             r.rel = rel_err(y, ref);
             r.maxabs = max_abs(y, ref);
         }
+        if (!has_h) routes[3].rel = routes[3].maxabs = NAN;
         auto cell = [&](const Route& r) {
             char t[64];
             std::snprintf(t, sizeof t, "%s [%.0f] (%s)", ms(r.best).c_str(), gflop / r.best, ms(r.best_cpu).c_str());
