@@ -14,7 +14,9 @@
 //        the pass or reorders that put the result back in fp32 NCHW;
 //   C    fp32 with the fp32 weight prepacked in oneDNN's layout (the fp32 bound);
 //   bf16 activations narrowed to bf16 on every call, bf16 weights prepacked,
-//        fp32 result (AMX where oneDNN may use it).
+//        fp32 result (AMX where oneDNN may use it): 2 bytes a weight held;
+//   bf16q the same with the q8_0 weight expanded to bf16 on every call (A in
+//        bf16: q8's memory).
 // Fidelity: each route's result against the fp32 product with the unquantized
 // weights computed in double, ‖y − y_ref‖ / ‖y_ref‖ and max |y − y_ref|.
 //
@@ -66,20 +68,20 @@ double cpu_now() {
 // with DNNL_MAX_CPU_ISA=AVX2 stands in for an AVX2 machine throughout.
 
 // |x| compared as unsigned integers: the order of non-negative floats.
-#define SD_ABSMAX_BODY                                           \
-    uint32_t m = 0;                                              \
-    for (int64_t i = 0; i < n; ++i) {                            \
-        uint32_t u;                                              \
-        std::memcpy(&u, x + i, 4);                               \
-        u &= 0x7fffffffu;                                        \
-        m = u > m ? u : m;                                       \
-    }                                                            \
+#define SD_ABSMAX_BODY                \
+    uint32_t m = 0;                   \
+    for (int64_t i = 0; i < n; ++i) { \
+        uint32_t u;                   \
+        std::memcpy(&u, x + i, 4);    \
+        u &= 0x7fffffffu;             \
+        m = u > m ? u : m;            \
+    }                                 \
     return m;
 
 // Round half away from zero, as ggml does; |x * inv| <= 127 by construction.
-#define SD_QUANT_BODY                                            \
-    for (int64_t i = 0; i < n; ++i) {                            \
-        const float v = x[i] * inv;                              \
+#define SD_QUANT_BODY                                                                 \
+    for (int64_t i = 0; i < n; ++i) {                                                 \
+        const float v = x[i] * inv;                                                   \
         q[i] = static_cast<int8_t>(static_cast<int32_t>(v + std::copysign(0.5f, v))); \
     }
 
@@ -95,9 +97,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void quan
 __attribute__((target("avx2,fma"))) void quant_256(const float* x, int64_t n, float inv, int8_t* q) { SD_QUANT_BODY }
 
 bool use_avx512() {
-    static const bool yes = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
-                             static_cast<unsigned>(dnnl::cpu_isa::avx512_core)) ==
-                            static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    static const bool yes =
+        (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & static_cast<unsigned>(dnnl::cpu_isa::avx512_core)) ==
+        static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
     return yes;
 }
 
@@ -125,7 +127,8 @@ float quantize_tensor(const float* x, int64_t n, int8_t* q) {
     const float scale = m > 0.0f ? m / 127.0f : 1.0f;
     const float inv = 1.0f / scale;
 #pragma omp parallel for
-    for (int64_t c = 0; c < chunks; ++c) quant_span(x + c * kChunk, std::min(kChunk, n - c * kChunk), inv, q + c * kChunk);
+    for (int64_t c = 0; c < chunks; ++c)
+        quant_span(x + c * kChunk, std::min(kChunk, n - c * kChunk), inv, q + c * kChunk);
     return scale;
 }
 
@@ -235,23 +238,26 @@ int main(int argc, char** argv) {
     dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     dnnl::stream strm(eng);
     const auto isa = dnnl::get_effective_cpu_isa();
-    std::printf("oneDNN %d.%d.%d, effective ISA code 0x%x, %d thread(s), best of %d alternating rounds, int8 "
-                "weights in [-%d, %d]\n\n",
-                dnnl::version()->major, dnnl::version()->minor, dnnl::version()->patch, static_cast<unsigned>(isa),
-                threads, rounds, g_weight_levels, g_weight_levels);
+    std::printf(
+        "oneDNN %d.%d.%d, effective ISA code 0x%x, %d thread(s), best of %d alternating rounds, int8 "
+        "weights in [-%d, %d]\n\n",
+        dnnl::version()->major, dnnl::version()->minor, dnnl::version()->patch, static_cast<unsigned>(isa), threads,
+        rounds, g_weight_levels, g_weight_levels);
 
     // ------------------------------------------------------------------ Linear
     const std::vector<LinearShape> lin = {
-        {"attn q/k/v/out, 64²", 8192, 320, 320},  {"FF proj (GEGLU), 64²", 8192, 320, 2560},
-        {"FF out, 64²", 8192, 1280, 320},         {"cross k/v, 77 tokens", 154, 768, 320},
-        {"attn q/k/v/out, 32²", 2048, 640, 640},  {"FF proj (GEGLU), 32²", 2048, 640, 5120},
-        {"FF out, 32²", 2048, 2560, 640},         {"attn q/k/v/out, 16²", 512, 1280, 1280},
+        {"attn q/k/v/out, 64²", 8192, 320, 320},    {"FF proj (GEGLU), 64²", 8192, 320, 2560},
+        {"FF out, 64²", 8192, 1280, 320},           {"cross k/v, 77 tokens", 154, 768, 320},
+        {"attn q/k/v/out, 32²", 2048, 640, 640},    {"FF proj (GEGLU), 32²", 2048, 640, 5120},
+        {"FF out, 32²", 2048, 2560, 640},           {"attn q/k/v/out, 16²", 512, 1280, 1280},
         {"FF proj (GEGLU), 16²", 512, 1280, 10240}, {"FF out, 16²", 512, 5120, 1280},
     };
-    std::printf("Linear y = x wᵀ + b, SD 1.5 UNet at 512², guided (2 rows of latents); wall ms [GFLOP/s] "
-                "(CPU ms), ratios by wall (by CPU time):\n\n");
-    std::printf("| layer | rows x in -> out | A: q8_0 expand + fp32 | C: fp32 prepacked | Bt: int8 per-tensor | "
-                "Br: int8 per-row | quant pass t / r | bf16 | bf16, q8_0 per call | A/Bt | C/Bt | C/Br |\n");
+    std::printf(
+        "Linear y = x wᵀ + b, SD 1.5 UNet at 512², guided (2 rows of latents); wall ms [GFLOP/s] "
+        "(CPU ms), ratios by wall (by CPU time):\n\n");
+    std::printf(
+        "| layer | rows x in -> out | A: q8_0 expand + fp32 | C: fp32 prepacked | Bt: int8 per-tensor | "
+        "Br: int8 per-row | quant pass t / r | bf16 | bf16, q8_0 per call | A/Bt | C/Bt | C/Br |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     std::vector<std::string> fid, impls;
     for (const auto& s : lin) {
@@ -436,15 +442,16 @@ int main(int argc, char** argv) {
             std::snprintf(c, sizeof c, "%s [%.0f] (%s)", ms(r.best).c_str(), gflop / r.best, ms(r.best_cpu).c_str());
             return std::string(c);
         };
-        std::printf("| %s | %ld x %ld -> %ld | %s | %s | %s | %s | %s / %s | %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |\n", s.where,
-                    (long)M, (long)K, (long)N, cell(routes[0]).c_str(), cell(routes[1]).c_str(),
-                    cell(routes[2]).c_str(), cell(routes[3]).c_str(), ms(routes[2].best_quant).c_str(),
-                    ms(routes[3].best_quant).c_str(), has_h ? cell(routes[4]).c_str() : "n/a",
-                    has_h ? cell(routes[5]).c_str() : "n/a",
-                    routes[0].best / routes[2].best,
-                    routes[0].best_cpu / routes[2].best_cpu, routes[1].best / routes[2].best,
-                    routes[1].best_cpu / routes[2].best_cpu, routes[1].best / routes[3].best,
-                    routes[1].best_cpu / routes[3].best_cpu);
+        std::printf(
+            "| %s | %ld x %ld -> %ld | %s | %s | %s | %s | %s / %s | %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) "
+            "|\n",
+            s.where, (long)M, (long)K, (long)N, cell(routes[0]).c_str(), cell(routes[1]).c_str(),
+            cell(routes[2]).c_str(), cell(routes[3]).c_str(), ms(routes[2].best_quant).c_str(),
+            ms(routes[3].best_quant).c_str(), has_h ? cell(routes[4]).c_str() : "n/a",
+            has_h ? cell(routes[5]).c_str() : "n/a", routes[0].best / routes[2].best,
+            routes[0].best_cpu / routes[2].best_cpu, routes[1].best / routes[2].best,
+            routes[1].best_cpu / routes[2].best_cpu, routes[1].best / routes[3].best,
+            routes[1].best_cpu / routes[3].best_cpu);
         std::fflush(stdout);
 
         // Fidelity extras: B on per-channel weights quantized from fp32, and the outlier activations.
@@ -452,13 +459,14 @@ int main(int argc, char** argv) {
         const double a_o = rel_err(runA(x_out), ref_out), bt_o = rel_err(runBt(x_out, wB, wsc), ref_out),
                      br_o = rel_err(runBr(x_out, wBr, wsc), ref_out);
         char line[512];
-        std::snprintf(line, sizeof line,
-                      "| %ld x %ld -> %ld | %.2e / %.2e / %.2e | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | "
-                      "%.2e (%.3f) | %.2e / %.2e | %.2e / %.2e / %.2e | %.2e (%.3f) | %.4f |",
-                      (long)M, (long)K, (long)N, werr_q8, werr_re, werr_pc, routes[0].rel, routes[0].maxabs,
-                      routes[2].rel, routes[2].maxabs, routes[3].rel, routes[3].maxabs, routes[4].rel,
-                      routes[4].maxabs, routes[1].rel, routes[1].maxabs, bt_f, br_f, a_o, bt_o, br_o,
-                      routes[5].rel, routes[5].maxabs, ref.abs().max().item<double>());
+        std::snprintf(
+            line, sizeof line,
+            "| %ld x %ld -> %ld | %.2e / %.2e / %.2e | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | "
+            "%.2e (%.3f) | %.2e / %.2e | %.2e / %.2e / %.2e | %.2e (%.3f) | %.4f |",
+            (long)M, (long)K, (long)N, werr_q8, werr_re, werr_pc, routes[0].rel, routes[0].maxabs, routes[2].rel,
+            routes[2].maxabs, routes[3].rel, routes[3].maxabs, routes[4].rel, routes[4].maxabs, routes[1].rel,
+            routes[1].maxabs, bt_f, br_f, a_o, bt_o, br_o, routes[5].rel, routes[5].maxabs,
+            ref.abs().max().item<double>());
         fid.push_back(line);
         impls.push_back(std::to_string(M) + "x" + std::to_string(K) + "->" + std::to_string(N) + ": int8 " +
                         mmBt.impl_info_str() + ", fp32 " + ipC.impl_info_str() + ", bf16 " +
@@ -466,25 +474,33 @@ int main(int argc, char** argv) {
     }
     std::printf("\noneDNN implementations:\n");
     for (const auto& l : impls) std::printf("  %s\n", l.c_str());
-    std::printf("\nLinear fidelity: rel = ‖y − y_ref‖/‖y_ref‖ (max |y − y_ref|), y_ref in double with the fp32 "
-                "weight. Weight error ‖w' − w‖/‖w‖ for q8_0 / q8_0 requantized per channel / per channel from "
-                "fp32. Outlier case: every (in/4)-th activation channel x20.\n\n");
-    std::printf("| shape | weight err q8_0 / requant / per-ch | A | Bt | Br | bf16 | C | Bt / Br, per-ch from fp32 | "
-                "outliers: A / Bt / Br | bf16, q8_0 per call | max abs y_ref |\n");
+    std::printf(
+        "\nLinear fidelity: rel = ‖y − y_ref‖/‖y_ref‖ (max |y − y_ref|), y_ref in double with the fp32 "
+        "weight. Weight error ‖w' − w‖/‖w‖ for q8_0 / q8_0 requantized per channel / per channel from "
+        "fp32. Outlier case: every (in/4)-th activation channel x20.\n\n");
+    std::printf(
+        "| shape | weight err q8_0 / requant / per-ch | A | Bt | Br | bf16 | C | Bt / Br, per-ch from fp32 | "
+        "outliers: A / Bt / Br | bf16, q8_0 per call | max abs y_ref |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const auto& l : fid) std::printf("%s\n", l.c_str());
     std::fflush(stdout);
 
     // ------------------------------------------------------------------ conv3x3
-    const std::vector<ConvShape> convs = {{"UNet 512², level 1", 2, 320, 64},
-                                          {"UNet 512², level 2", 2, 640, 32},
-                                          {"UNet 512², level 3", 2, 1280, 16}};
-    std::printf("\nconv3x3, padding 1, batch 2, C -> C; wall ms [GFLOP/s] (CPU ms), ratios by wall (by CPU time). A: LibTorch conv2d on the expanded "
-                "q8_0 weight (today's); C: oneDNN fp32, weight prepacked, activations reordered NCHW -> oneDNN's layout -> NCHW; Bt: per-tensor s8 "
-                "activations (max |x| pass, then oneDNN reorder f32 NCHW -> s8 in the primitive's layout, scaled), "
-                "s8 weight per output channel prepacked, f32 result reordered back to NCHW (scaled); bf16: f32 NCHW -> bf16 (primitive's layout), "
-                "result back to f32 NCHW; bf16q: the same with the q8_0 weight expanded to bf16 and reordered on every call.\n\n");
-    std::printf("| layer | N x C x H x W | A | C | C: reorders | Bt | Bt: quant + reorders | bf16 | bf16q | A/Bt | C/Bt | C/bf16 |\n");
+    const std::vector<ConvShape> convs = {
+        {"UNet 512², level 1", 2, 320, 64}, {"UNet 512², level 2", 2, 640, 32}, {"UNet 512², level 3", 2, 1280, 16}};
+    std::printf(
+        "\nconv3x3, padding 1, batch 2, C -> C; wall ms [GFLOP/s] (CPU ms), ratios by wall (by CPU time). A: LibTorch "
+        "conv2d on the expanded "
+        "q8_0 weight (today's); C: oneDNN fp32, weight prepacked, activations reordered NCHW -> oneDNN's layout -> "
+        "NCHW; Bt: per-tensor s8 "
+        "activations (max |x| pass, then oneDNN reorder f32 NCHW -> s8 in the primitive's layout, scaled), "
+        "s8 weight per output channel prepacked, f32 result reordered back to NCHW (scaled); bf16: f32 NCHW -> bf16 "
+        "(primitive's layout), "
+        "result back to f32 NCHW; bf16q: the same with the q8_0 weight expanded to bf16 and reordered on every "
+        "call.\n\n");
+    std::printf(
+        "| layer | N x C x H x W | A | C | C: reorders | Bt | Bt: quant + reorders | bf16 | bf16q | A/Bt | C/Bt | "
+        "C/bf16 |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     fid.clear();
     for (const auto& s : convs) {
@@ -509,10 +525,16 @@ int main(int argc, char** argv) {
         const md x_nchw(xd, dt::f32, tag::nchw), bias_f({c}, dt::f32, tag::a);
         // C: activations in the layout oneDNN picks (blocked), carried in and out by reorders, as the CLI's
         // prepacked convolutions do (LibTorch's mkldnn_convolution reorders NCHW to blocked and back).
-        const dnnl::convolution_forward::primitive_desc cC(
-            {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, md(xd, dt::f32, tag::any),
-             md(wdims, dt::f32, tag::any), bias_f, md(xd, dt::f32, tag::any), {1, 1}, pd1, pd1},
-            eng);
+        const dnnl::convolution_forward::primitive_desc cC({dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::convolution_direct,
+                                                            md(xd, dt::f32, tag::any),
+                                                            md(wdims, dt::f32, tag::any),
+                                                            bias_f,
+                                                            md(xd, dt::f32, tag::any),
+                                                            {1, 1},
+                                                            pd1,
+                                                            pd1},
+                                                           eng);
         const auto wC = packed(eng, strm, wrap(md(wdims, dt::f32, tag::oihw), eng, w), cC.weights_desc());
         const dnnl::convolution_forward primC(cC);
         const dnnl::reorder c_in({eng, x_nchw, eng, cC.src_desc()}), c_out({eng, cC.dst_desc(), eng, x_nchw});
@@ -524,7 +546,9 @@ int main(int argc, char** argv) {
             c_in.execute(strm, xin, csrc);
             strm.wait();
             const double tr = now() - t0;
-            primC.execute(strm, {{DNNL_ARG_SRC, csrc}, {DNNL_ARG_WEIGHTS, wC}, {DNNL_ARG_BIAS, wrap(bias_f, eng, b)},
+            primC.execute(strm, {{DNNL_ARG_SRC, csrc},
+                                 {DNNL_ARG_WEIGHTS, wC},
+                                 {DNNL_ARG_BIAS, wrap(bias_f, eng, b)},
                                  {DNNL_ARG_DST, cdst}});
             strm.wait();
             const double t1 = now();
@@ -541,10 +565,16 @@ int main(int argc, char** argv) {
         // primitive's layout -> NCHW, times sx). The bias passed is then b / (sx * sw).
         dnnl::primitive_attr attr;
         attr.set_output_scales(1 << 1, std::vector<float>(wsc.data_ptr<float>(), wsc.data_ptr<float>() + c));
-        const dnnl::convolution_forward::primitive_desc cB(
-            {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, md(xd, dt::s8, tag::any),
-             md(wdims, dt::s8, tag::any), bias_f, md(xd, dt::f32, tag::any), {1, 1}, pd1, pd1},
-            attr, eng);
+        const dnnl::convolution_forward::primitive_desc cB({dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::convolution_direct,
+                                                            md(xd, dt::s8, tag::any),
+                                                            md(wdims, dt::s8, tag::any),
+                                                            bias_f,
+                                                            md(xd, dt::f32, tag::any),
+                                                            {1, 1},
+                                                            pd1,
+                                                            pd1},
+                                                           attr, eng);
         const auto wB = packed(eng, strm, wrap(md(wdims, dt::s8, tag::oihw), eng, wpc), cB.weights_desc());
         const dnnl::convolution_forward primB(cB);
         dnnl::primitive_attr rt_scale;
@@ -590,10 +620,16 @@ int main(int argc, char** argv) {
         bool has_h = true;
         dnnl::convolution_forward::primitive_desc cH;
         try {
-            cH = dnnl::convolution_forward::primitive_desc(
-                {dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, md(xd, dt::bf16, tag::any),
-                 md(wdims, dt::bf16, tag::any), bias_f, md(xd, dt::f32, tag::any), {1, 1}, pd1, pd1},
-                eng);
+            cH = dnnl::convolution_forward::primitive_desc({dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::convolution_direct,
+                                                            md(xd, dt::bf16, tag::any),
+                                                            md(wdims, dt::bf16, tag::any),
+                                                            bias_f,
+                                                            md(xd, dt::f32, tag::any),
+                                                            {1, 1},
+                                                            pd1,
+                                                            pd1},
+                                                           eng);
         } catch (const dnnl::error&) {
             has_h = false;
         }
@@ -654,28 +690,33 @@ int main(int argc, char** argv) {
             std::snprintf(t, sizeof t, "%s [%.0f] (%s)", ms(r.best).c_str(), gflop / r.best, ms(r.best_cpu).c_str());
             return std::string(t);
         };
-        std::printf("| %s | %ld x %ld x %ld x %ld | %s | %s | %s | %s | %s | %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) |\n", s.where,
-                    (long)n, (long)c, (long)h, (long)h, cell(routes[0]).c_str(), cell(routes[1]).c_str(),
-                    ms(routes[1].best_quant).c_str(),
-                    cell(routes[2]).c_str(), ms(routes[2].best_quant).c_str(),
-                    has_h ? cell(routes[3]).c_str() : "n/a", has_h ? cell(routes[4]).c_str() : "n/a",
-                    routes[0].best / routes[2].best, routes[0].best_cpu / routes[2].best_cpu,
-                    routes[1].best / routes[2].best, routes[1].best_cpu / routes[2].best_cpu,
-                    has_h ? routes[1].best / routes[3].best : NAN, has_h ? routes[1].best_cpu / routes[3].best_cpu : NAN);
+        std::printf(
+            "| %s | %ld x %ld x %ld x %ld | %s | %s | %s | %s | %s | %s | %s | %.2f (%.2f) | %.2f (%.2f) | %.2f (%.2f) "
+            "|\n",
+            s.where, (long)n, (long)c, (long)h, (long)h, cell(routes[0]).c_str(), cell(routes[1]).c_str(),
+            ms(routes[1].best_quant).c_str(), cell(routes[2]).c_str(), ms(routes[2].best_quant).c_str(),
+            has_h ? cell(routes[3]).c_str() : "n/a", has_h ? cell(routes[4]).c_str() : "n/a",
+            routes[0].best / routes[2].best, routes[0].best_cpu / routes[2].best_cpu, routes[1].best / routes[2].best,
+            routes[1].best_cpu / routes[2].best_cpu, has_h ? routes[1].best / routes[3].best : NAN,
+            has_h ? routes[1].best_cpu / routes[3].best_cpu : NAN);
         std::fflush(stdout);
         char line[400];
-        std::snprintf(line, sizeof line, "| %ld x %ld x %ld x %ld | %.2e / %.2e | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.3f |",
+        std::snprintf(line, sizeof line,
+                      "| %ld x %ld x %ld x %ld | %.2e / %.2e | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | %.2e (%.3f) | "
+                      "%.2e (%.3f) | %.3f |",
                       (long)n, (long)c, (long)h, (long)h, werr_q8, werr_re, routes[0].rel, routes[0].maxabs,
-                      routes[2].rel, routes[2].maxabs, routes[3].rel, routes[3].maxabs, routes[1].rel,
-                      routes[1].maxabs, routes[4].rel, routes[4].maxabs, ref.abs().max().item<double>());
+                      routes[2].rel, routes[2].maxabs, routes[3].rel, routes[3].maxabs, routes[1].rel, routes[1].maxabs,
+                      routes[4].rel, routes[4].maxabs, ref.abs().max().item<double>());
         fid.push_back(line);
         std::printf("  (oneDNN implementations: int8 %s, bf16 %s, fp32 %s)\n", cB.impl_info_str(),
-                    has_h ? cH.impl_info_str() : "none",
-                    cC.impl_info_str());
+                    has_h ? cH.impl_info_str() : "none", cC.impl_info_str());
     }
-    std::printf("\nconv fidelity: rel (max abs) against double with the fp32 weight; weight err q8_0 / q8_0 "
-                "requantized per channel.\n\n");
-    std::printf("| shape | weight err | A | Bt | bf16 | C | bf16q | max abs y_ref |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    std::printf(
+        "\nconv fidelity: rel (max abs) against double with the fp32 weight; weight err q8_0 / q8_0 "
+        "requantized per channel.\n\n");
+    std::printf(
+        "| shape | weight err | A | Bt | bf16 | C | bf16q | max abs y_ref |\n| --- | --- | --- | --- | --- | --- | --- "
+        "| --- |\n");
     for (const auto& l : fid) std::printf("%s\n", l.c_str());
     return 0;
 }
