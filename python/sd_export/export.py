@@ -239,12 +239,15 @@ def export(args):
         check_keys(ckpt, modules, maps, hint)  # names the file: before the config-only checks below
         check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2, size_dim)
         # Straight to the stored dtype, unless LoRAs are merged first (in fp32).
+        if args.dtype == "auto":
+            args.dtype = "q8_0" if q8.quantized_source(ckpt, modules["unet"], maps["unet"]) else "float32"
         load_weights(ckpt, modules, maps, None if args.lora else dtype)
         if args.dtype == "q8_0" and not args.lora:  # a q8_0 GGUF's blocks kept as they are
             gguf_blocks = q8.source_blocks(ckpt, modules["unet"], maps["unet"])
         ckpt.close()
         source = os.path.basename(os.path.normpath(args.checkpoint))
     else:
+        args.dtype = "float32" if args.dtype == "auto" else args.dtype
         random_init(modules, args.seed, None if args.lora else dtype)
         source = f"random-init (seed {args.seed})"
 

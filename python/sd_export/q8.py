@@ -52,6 +52,25 @@ def gguf_q8_0_blocks(ckpt, key):
     return f.q8_0_blocks(k) if isinstance(f, GgufFile) else None
 
 
+QUANTIZED_GGUF_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+
+
+def quantized_source(ckpt, module, kmap):
+    """Whether any narrowable layer's weight comes from a quantized GGUF tensor (`--dtype
+    auto`: the user chose 8 bits or fewer for the UNet, so the export keeps 8)."""
+    from .gguf_io import GgufFile
+    for name, _ in narrowable_layers(module):
+        ref = kmap.get(name + ".weight")
+        if ref is None:
+            continue
+        f, k = ckpt, ref.key
+        while hasattr(f, "_part"):  # checkpoints.TensorOverlay
+            f, k = f._part(k)
+        if isinstance(f, GgufFile) and f.dtype_name(k) in QUANTIZED_GGUF_TYPES:
+            return True
+    return False
+
+
 def source_blocks(ckpt, module, kmap):
     """Per layer name, the GGUF q8_0 blocks its weight was read from, in the layer's row order
     (a copy: the checkpoint is closed before the stage is written)."""
