@@ -227,7 +227,10 @@ std::vector<std::string> side_file_args(const std::string& side) {
     if (!j.is_object())
         throw Error(side + ": must be a JSON object of export flags, e.g. {\"config\": \"v1-inference.yaml\"}");
     const std::string dir = fs::path(side).parent_path().string();
-    for (const auto& [raw_key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+        // Named, not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+        const std::string& raw_key = item.key();
+        const auto& value = item.value();
         std::string key = raw_key;
         std::replace(key.begin(), key.end(), '_', '-');
         if (key.empty() || key.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos)
