@@ -126,6 +126,16 @@ class Q8Files(unittest.TestCase):
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertEqual(os.listdir(outdir), [])
 
+    def test_lora_merges_into_the_expanded_blocks(self):
+        # Expanded to fp32, merged, narrowed again (--weights auto keeps q8); the LoRA shows.
+        q8 = self.export(TINY, "q8", "--dtype", "q8_0")
+        lora = os.path.join(REPO, "tests", "fixtures", "lora", "lora_a.safetensors")
+        plain = self.images(q8)
+        with_lora = self.images(q8, "--lora", lora)
+        self.assertNotEqual([pixel_data(p) for p in with_lora], [pixel_data(p) for p in plain])
+        self.assertNotEqual([pixel_data(p) for p in self.images(q8, "--lora", lora, "--weights", "fp32")],
+                            [pixel_data(p) for p in with_lora])
+
     def test_damaged_8bit_file_is_refused_in_one_line(self):
         q8 = self.export(TINY, "q8", "--dtype", "q8_0")
         cases = {
