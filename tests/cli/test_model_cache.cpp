@@ -347,7 +347,7 @@ TEST(ModelCache, BadSourcesAndSideFilesAreOneLine) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_EQ(r.err, "sd-txt2img: error: --model " + dir +
                          "/notes.txt is not a model: give an exported folder (model.json), a checkpoint "
-                         "(.safetensors, .ckpt) or a diffusers folder (model_index.json)\n");
+                         "(.safetensors, .ckpt, .gguf) or a diffusers folder (model_index.json)\n");
     r = run(run_args(dir + "/missing.safetensors", cache, dir + "/o"));
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_EQ(r.err, "sd-txt2img: error: --model " + dir + "/missing.safetensors does not exist\n");
