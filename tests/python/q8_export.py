@@ -191,6 +191,15 @@ class Q8Files(unittest.TestCase):
         self.assertGreater(copied, 20)
 
     @unittest.skipUnless(os.path.isdir(GGUF), "no ../shared/conformance/gguf next to the checkout")
+    def test_dtype_auto_keeps_quantized_gguf_unets_8bit(self):
+        for unet, want in (("tiny-unet-q4_0.gguf", "q8_0"), ("tiny-unet-f16.gguf", "float32")):
+            out = self.export(TINY, "auto-" + unet, "--unet-gguf", os.path.join(GGUF, unet), "--dtype", "auto")
+            with open(os.path.join(out, "model.json")) as f:
+                self.assertEqual(json.load(f)["dtype"], want, unet)
+            dtypes = {v["dtype"] for v in header(os.path.join(out, "unet.weights")).values()}
+            self.assertEqual("I8" in dtypes, want == "q8_0", unet)
+
+    @unittest.skipUnless(os.path.isdir(GGUF), "no ../shared/conformance/gguf next to the checkout")
     def test_gguf_q8_0_export_equals_dequantized_export_run_with_weights_q8(self):
         tensors = read_tensors(TINY)
         tensors.update(read_tensors(os.path.join(GGUF, "tiny-q8_0.dequant.safetensors")))
