@@ -176,8 +176,8 @@ struct Flags {
 void add_flags(CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     app.add_option("--model", f.model_dir,
-                   "exported model folder, or a checkpoint (.safetensors, .ckpt, .gguf) or diffusers folder, exported on "
-                   "first use into the model cache");
+                   "exported model folder, or a checkpoint (.safetensors, .ckpt, .gguf) or diffusers folder, exported "
+                   "on first use into the model cache");
     app.add_option("--model-cache", f.model_cache,
                    "the model cache's folder (default $XDG_CACHE_HOME/sd-txt2img/models, else "
                    "~/.cache/sd-txt2img/models)");

@@ -22,8 +22,9 @@ struct WeightEntry {
 // type. Throws sd::Error naming the file and the fault; never trusts a size.
 // A model's own weights are mapped, so they must be floats aligned to their
 // size, or a --dtype q8_0 export's 8-bit layers: an I8 `L.weight` only with its
-// F16 `L.weight_scale` [rows, row / 32] (docs/model-format.md); a file that is copied (a LoRA, an embedding, a VAE: AnyDtype) may hold
-// any safetensors dtype at any offset.
+// F16 `L.weight_scale` [rows, row / 32] (docs/model-format.md); a file that is
+// copied (a LoRA, an embedding, a VAE: AnyDtype) may hold any safetensors dtype
+// at any offset.
 enum class WeightUse { Mapped, AnyDtype };
 std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse use = WeightUse::Mapped);
 

@@ -417,8 +417,8 @@ ResolvedModel resolve_model(const std::string& model, const ModelCacheOptions& o
         if (file_exists(join_path(model, "model.json")) || !file_exists(join_path(model, "model_index.json"))) return r;
     } else if (!S_ISREG(st.st_mode) || !has_checkpoint_extension(model)) {
         throw Error("--model " + model +
-                    " is not a model: give an exported folder (model.json), a checkpoint (.safetensors, .ckpt, .gguf) or "
-                    "a diffusers folder (model_index.json)");
+                    " is not a model: give an exported folder (model.json), a checkpoint (.safetensors, .ckpt, "
+                    ".gguf) or a diffusers folder (model_index.json)");
     }
     const std::string cache = options.cache_dir.empty() ? default_model_cache_dir() : options.cache_dir;
     std::error_code ec;
