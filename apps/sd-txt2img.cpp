@@ -176,8 +176,8 @@ struct Flags {
 void add_flags(CLI::App& app, Flags& f) {
     sd::Txt2ImgJob& job = f.job;
     app.add_option("--model", f.model_dir,
-                   "exported model folder, or a checkpoint (.safetensors, .ckpt) or diffusers folder, exported on "
-                   "first use into the model cache");
+                   "exported model folder, or a checkpoint (.safetensors, .ckpt, .gguf) or diffusers folder, exported "
+                   "on first use into the model cache");
     app.add_option("--model-cache", f.model_cache,
                    "the model cache's folder (default $XDG_CACHE_HOME/sd-txt2img/models, else "
                    "~/.cache/sd-txt2img/models)");
@@ -331,8 +331,8 @@ void add_flags(CLI::App& app, Flags& f) {
                    "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
         ->capture_default_str();
     app.add_option("--weights", f.weights,
-                   "how the UNet and VAE weights are held: auto (as computed), fp32, fp16, or q8 (UNet in 8-bit "
-                   "blocks, GGUF q8_0; VAE fp32)")
+                   "how the UNet and VAE weights are held: auto (as computed; a --dtype q8_0 export's UNet as "
+                   "stored), fp32, fp16, or q8 (UNet in 8-bit blocks, GGUF q8_0; VAE fp32)")
         ->capture_default_str();
     app.add_flag("--plan", f.show_plan, "print the memory plan (predicted peak of each stage) and exit");
     app.add_flag("--dry-run", f.dry_run,

@@ -49,8 +49,11 @@ def parse_args(argv):
                    "CLIPTextConfig json); default: from the checkpoint's OpenCLIP ViT-bigG/14 weights")
     p.add_argument("--tokenizer", help="directory with vocab.json and merges.txt; default: models/clip/ "
                    "(a diffusers folder's tokenizer/)")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
-                   help="storage dtype of the weights in the .pt files (default float32)")
+    p.add_argument("--dtype", choices=("float32", "float16", "q8_0", "auto"), default="float32",
+                   help="storage dtype of the weights in the .pt files (default float32); q8_0: the UNet's "
+                   "Linear and convolution weights in 8-bit blocks (GGUF q8_0; a q8_0 GGUF's kept as they are), "
+                   "the rest float32; auto: q8_0 when the UNet comes from a quantized GGUF file "
+                   "(q8_0, q4_*, q5_*), else float32 (what the model cache uses for a .gguf)")
     p.add_argument("--parameterization", choices=("eps", "v"),
                    help="what the UNet predicts; default: from the config or scheduler, else assumed "
                    "(SD 1.x: eps; SD 2.x: v, or eps when the file name says 512 or base)")

@@ -4,7 +4,7 @@ configs and the checkpoint; the modules built, filled and checked; the model fol
 import os
 import time
 
-from . import diffusers_layout, stages
+from . import diffusers_layout, q8, stages
 from .checkpoints import VaeOverride, file_sha256, open_checkpoint
 from .configs import (FAMILY_DEFAULTS, SD1_SCHEDULE, SD1_VAE, SDXL_SCHEDULE, SDXL_TEXT, SDXL_TEXT_2, SDXL_UNET,
                       SIZE_EMBEDDING_DIM, assumed_parameterization, check_consistency,
@@ -227,6 +227,7 @@ def export(args):
             f"(text to image only; img2img and inpainting need the encoder)")
     modules = build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2, vae_encoder=with_encoder)
     dtype = torch.float16 if args.dtype == "float16" else torch.float32
+    gguf_blocks = None
     if ckpt is not None:
         maps = checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=r["folder"] is not None)
         if r["folder"] or args.config or args.text_config:
@@ -238,14 +239,21 @@ def export(args):
         check_keys(ckpt, modules, maps, hint)  # names the file: before the config-only checks below
         check_consistency(unet_cfg, vae_cfg, text_cfg, text_cfg_2, size_dim)
         # Straight to the stored dtype, unless LoRAs are merged first (in fp32).
+        if args.dtype == "auto":
+            args.dtype = "q8_0" if q8.quantized_source(ckpt, modules["unet"], maps["unet"]) else "float32"
         load_weights(ckpt, modules, maps, None if args.lora else dtype)
+        if args.dtype == "q8_0" and not args.lora:  # a q8_0 GGUF's blocks kept as they are
+            gguf_blocks = q8.source_blocks(ckpt, modules["unet"], maps["unet"])
         ckpt.close()
         source = os.path.basename(os.path.normpath(args.checkpoint))
     else:
+        args.dtype = "float32" if args.dtype == "auto" else args.dtype
         random_init(modules, args.seed, None if args.lora else dtype)
         source = f"random-init (seed {args.seed})"
 
     loras = bake_loras(modules, [parse_lora_arg(a) for a in args.lora]) if args.lora else []
+    # --dtype q8_0: the UNet's layers in 8-bit blocks, every other weight float32 (as --weights q8 holds them).
+    scales = {"unet": q8.narrow_module(modules["unet"], gguf_blocks)} if args.dtype == "q8_0" else None
 
     info = stages.model_info(schedule, unet_cfg, vae_cfg, text_cfg, args.dtype, source, family,
                              r["parameterization_source"], r["latent_size"], text_cfg_2, size_dim,
@@ -266,7 +274,7 @@ def export(args):
         # The checkpoint file's own hash: the PNG's "Model hash", and what the CLI's model
         # cache checks an entry against (a diffusers folder has no one file to hash).
         info["source_sha256"] = file_sha256(args.checkpoint)
-    stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info)
+    stages.write_model_folder(out, modules, dtype, r["tokenizer"], family, info, scales)
     source_text = source
     if getattr(args, "unet_gguf", None):
         source_text += f" with UNet {os.path.basename(args.unet_gguf)}"

@@ -193,10 +193,11 @@ class GgufFile:
             count = 1
             for d in ne:
                 count *= d  # Python integers: no overflow, compared with the file size below
-            row = ne[0] if ne else 1  # no dimensions: one value, as in ggml
-            if row % block:
-                raise c.fail(f"tensor {name!r} is {tname} but its rows of {row} values are not whole blocks "
-                             f"of {block}")
+            if (ne[0] if ne else 1) % block:  # a block type's scalar (no dimensions) is no whole block either
+                raise c.fail(f"tensor {name!r} is {tname} but its rows of {ne[0] if ne else 1} values are not "
+                             f"whole blocks of {block}")
+            if count == 0:  # found by tests/fuzz/fuzz_gguf.py: numpy refuses [2^63, 0]
+                raise c.fail(f"tensor {name!r} has a dimension of 0")
             nbytes = count // block * block_bytes
             if offset % alignment:
                 raise c.fail(f"tensor {name!r} starts at offset {offset}, not a multiple of the alignment "
@@ -232,6 +233,16 @@ class GgufFile:
         if tname == "bf16":
             return torch.from_numpy(raw.view("<i2").reshape(shape).copy()).view(torch.bfloat16)
         return torch.from_numpy(dequantize(tname, raw).reshape(shape))
+
+    def q8_0_blocks(self, key):
+        """A q8_0 tensor's blocks as stored, de-interleaved: (int8 [blocks, 32], fp16 [blocks]),
+        for an 8-bit export that keeps them (sd_export/q8.py); None for another type."""
+        import numpy as np
+        tname, _, begin, nbytes = self.entries[key]
+        if tname != "q8_0":
+            return None
+        b = np.frombuffer(self.map, dtype=np.uint8, count=nbytes, offset=begin).view(np.dtype(BLOCKS["q8_0"]))
+        return b["qs"].copy(), b["d"].copy()
 
     def close(self):
         self.map.close()

@@ -36,12 +36,14 @@ def write_weights(path, tensors):
     write_safetensors(path, sorted(tensors, key=lambda nt: -nt[1].element_size()), align=ALIGN)
 
 
-def save_stage(scripted, pt_path, weights_file):
+def save_stage(scripted, pt_path, weights_file, scales=None):
     """Writes the weights file and the TorchScript file. The module's parameters
-    are emptied on the way (scripting shares them with the module it was made from)."""
+    are emptied on the way (scripting shares them with the module it was made from).
+    scales: an 8-bit stage's {LAYER.weight_scale: fp16 tensor} (sd_export/q8.py), written
+    beside the parameters; the layers' weight_scale stays None in the code file."""
     import torch
     params = list(scripted.named_parameters())
-    write_weights(weights_file, params)
+    write_weights(weights_file, params + sorted((scales or {}).items()))
     shapes = json.dumps({name: list(p.shape) for name, p in params}, separators=(",", ":"))
     for _, p in params:
         p.data = torch.empty(0, dtype=p.dtype)
@@ -57,6 +59,12 @@ def load_stage(path):
         tensors = read_tensors(wpath)
         for name, p in m.named_parameters():
             p.data = tensors[name]
+        for name, t in tensors.items():  # an 8-bit layer's scales (sd_export/q8.py)
+            if name.endswith(".weight_scale"):
+                layer = m
+                for part in name[:-len(".weight_scale")].split("."):
+                    layer = getattr(layer, part)
+                layer.weight_scale = t
     return m.eval()
 
 
@@ -145,10 +153,11 @@ def count_params(module):
     return sum(p.numel() for p in module.parameters())
 
 
-def write_model_folder(out, modules, dtype, tokenizer, family, info):
+def write_model_folder(out, modules, dtype, tokenizer, family, info, scales=None):
     """Scripts and writes every stage, copies the tokenizer files (SD 2.x: open_clip's
     token names) and writes model.json: each to a temporary name, then all moved into
-    place, model.json last, so a failure leaves the previous model as it was."""
+    place, model.json last, so a failure leaves the previous model as it was.
+    scales: {stage: its 8-bit layers' scales} for --dtype q8_0 (sd_export/q8.py)."""
     import torch
     try:
         os.makedirs(out, exist_ok=True)
@@ -164,7 +173,7 @@ def write_model_folder(out, modules, dtype, tokenizer, family, info):
             scripted = torch.jit.script(module)
             final = os.path.join(out, stage + ".pt")
             final_weights = weights_path(final)
-            save_stage(scripted, final + tag, final_weights + tag)
+            save_stage(scripted, final + tag, final_weights + tag, (scales or {}).get(stage))
             written += [(final + tag, final), (final_weights + tag, final_weights)]
             say(f"  {stage + '.weights':22s} {params / 1e6:8.1f} M parameters "
                 f"{os.path.getsize(final_weights + tag) / 2**20:9.1f} MiB")

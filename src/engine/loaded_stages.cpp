@@ -70,6 +70,10 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
     return c;
 }
 
+void match_weight_file(ComputeChoice& c, const PipelineOptions& o, const ModelConfig& config) {
+    if (config.dtype == "q8_0" && o.weights == "auto" && c.precision == "fp32") c.weights = "q8";
+}
+
 std::string ComputeChoice::describe() const {
     std::string s = precision + " on " + device;
     if (precision != "fp32") s += " (attention scores, softmax and norms in fp32)";
@@ -140,11 +144,15 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         for (const auto& use : merged_loras_) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
         edit = [lora_stage, merges](torch::jit::Module& m) { merge_loras(m, lora_stage, merges); };
     }
-    if (q8_unet_ && path == config_.unet_path) {
-        // 8-bit UNet weights: narrowed after any LoRA is merged, layer by layer.
-        edit = [edit, path](torch::jit::Module& m) {
+    const bool keep_8bit = q8_unet_ && path == config_.unet_path;
+    if (keep_8bit || config_.dtype == "q8_0") {
+        // A q8_0 export's 8-bit layers run as they are mapped, unless a LoRA is merged into them or
+        // another type is held: then they are expanded to fp32 first (and narrowed again for q8).
+        // 8-bit UNet weights from a float file: narrowed after any LoRA is merged, layer by layer.
+        edit = [edit, path, keep_8bit](torch::jit::Module& m) {
+            if (edit || !keep_8bit) expand_q8(m);
             if (edit) edit(m);
-            narrow_to_q8(m, path);
+            if (keep_8bit) narrow_to_q8(m, path);
         };
     }
     slot = load_stage(path, weight_type(path), device_, vae ? &vae_override_ : nullptr, edit);

@@ -19,6 +19,11 @@ namespace sd {
 // what cannot run here.
 ComputeChoice resolve_compute(const PipelineOptions& o);
 
+// A --dtype q8_0 export (model.json dtype "q8_0") holds its UNet in 8-bit blocks: --weights
+// auto keeps them as they are (fp32 compute); any other weight type, or --precision bf16,
+// expands them at load (engine/q8_weights.h expand_q8).
+void match_weight_file(ComputeChoice& c, const PipelineOptions& o, const ModelConfig& config);
+
 class LoadedStages {
 public:
     LoadedStages(const PipelineOptions& options, const ModelConfig& config, const ComputeChoice& compute,

@@ -99,6 +99,7 @@ TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options)
     if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");
     config_ = load_model_config(options.model_dir);
+    match_weight_file(compute_, options, config_);
     const bool full_vae = options.vae_decoder.empty();
     for (const auto* stage : {&config_.text_encoder_path, &config_.unet_path, &config_.vae_decoder_path,
                               &config_.text_encoder_2_path, &config_.vae_encoder_path})

@@ -42,6 +42,22 @@ std::pair<at::Tensor, at::Tensor> quantize_q8_0(const at::Tensor& w) {
     return {q, d};
 }
 
+int expand_q8(torch::jit::Module& m) {
+    int expanded = 0;
+    for (auto sub : m.modules()) {
+        if (!sub.hasattr("weight_scale") || !sub.hasattr("weight") || sub.attr("weight_scale").isNone()) continue;
+        at::Tensor w = sub.attr("weight").toTensor();
+        const at::Tensor d = sub.attr("weight_scale").toTensor();
+        // Shapes checked when the file was read (io/weight_file.cpp): [rows, row / 32] scales.
+        const at::Tensor blocks =
+            w.to(at::kFloat).reshape({d.size(0), d.size(1), kBlock}) * d.to(at::kFloat).unsqueeze(2);
+        w.set_data(blocks.reshape(w.sizes()));  // the int8 data's last use: its file pages go
+        sub.setattr("weight_scale", c10::IValue());
+        ++expanded;
+    }
+    return expanded;
+}
+
 int narrow_to_q8(torch::jit::Module& m, const std::string& path) {
     int narrowed = 0;
     bool any_layer = false;

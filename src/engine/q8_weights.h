@@ -15,6 +15,12 @@ namespace sd {
 // export made before them).
 int narrow_to_q8(torch::jit::Module& m, const std::string& path);
 
+// Expands every 8-bit layer of m (a --dtype q8_0 export's, as mapped) into an fp32 weight,
+// scale * q as the layer itself would (python/sd_export/modules/layers.py `_expand`), one
+// layer at a time, for runs that hold another type (--weights fp32|fp16, --precision bf16)
+// or merge a LoRA. Returns the count expanded (0 for a float file).
+int expand_q8(torch::jit::Module& m);
+
 // The q8_0 blocks of a float tensor whose rows are whole blocks: {int8 values in the
 // tensor's shape, fp16 scales [rows, row / 32]}.
 std::pair<at::Tensor, at::Tensor> quantize_q8_0(const at::Tensor& w);

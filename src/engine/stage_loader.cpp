@@ -53,7 +53,15 @@ std::shared_ptr<Mapping> map_file(const std::string& path) {
 }
 
 at::ScalarType dtype_of(const std::string& name) {
-    return name == "F32" ? at::kFloat : name == "F16" ? at::kHalf : at::kBFloat16;
+    return name == "F32" ? at::kFloat : name == "F16" ? at::kHalf : name == "I8" ? at::kChar : at::kBFloat16;
+}
+
+// An 8-bit layer's scales (`L.weight_scale`, F16 beside an I8 `L.weight`; read_weight_index
+// checked the pair): they go to the layer's weight_scale attribute, not to a parameter.
+bool is_scale_entry(const WeightEntry& w) {
+    const std::string tail = ".weight_scale";
+    return w.dtype == "F16" && w.name.size() > tail.size() &&
+           w.name.compare(w.name.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 using ShapeMap = std::unordered_map<std::string, std::vector<int64_t>>;
@@ -122,7 +130,13 @@ ShapeMap shapes_in_archive(const std::string& pt_path) {
 void check_fit(const std::vector<WeightEntry>& index, const ShapeMap& shapes, const std::string& path,
                const std::string& pt_path) {
     std::unordered_map<std::string, const WeightEntry*> by_name;
-    for (const auto& w : index) by_name[w.name] = &w;
+    size_t scales = 0;
+    for (const auto& w : index) {
+        if (is_scale_entry(w))
+            ++scales;
+        else
+            by_name[w.name] = &w;
+    }
     for (const auto& [name, want] : shapes) {
         auto it = by_name.find(name);
         if (it == by_name.end()) throw Error("weights file " + path + " lacks the parameter " + name);
@@ -131,8 +145,24 @@ void check_fit(const std::vector<WeightEntry>& index, const ShapeMap& shapes, co
                         shape_text(it->second->shape) + " there, the model expects " + shape_text(want) +
                         " (files of two different exports?)");
     }
-    if (by_name.size() != shapes.size())
+    if (by_name.size() != shapes.size() || by_name.size() + scales != index.size())
         throw Error("weights file " + path + " holds tensors its model file does not have");
+}
+
+// The layer `L` of `L.weight_scale`, when m has one that can expand 8-bit weights.
+std::optional<torch::jit::Module> scaled_layer(torch::jit::Module& m, const std::string& scale_name) {
+    const std::string path = scale_name.substr(0, scale_name.size() - std::string(".weight_scale").size());
+    torch::jit::Module sub = m;
+    size_t from = 0;
+    while (from <= path.size()) {
+        const size_t dot = std::min(path.find('.', from), path.size());
+        const std::string part = path.substr(from, dot - from);
+        if (!sub.hasattr(part) || !sub.attr(part).isModule()) return std::nullopt;
+        sub = sub.attr(part).toModule();
+        from = dot + 1;
+    }
+    if (!sub.hasattr("weight_scale") || !sub.hasattr("weight")) return std::nullopt;
+    return sub;
 }
 
 // Points every parameter of m at its bytes in the weight file. A tensor that
@@ -157,6 +187,17 @@ void map_weights(torch::jit::Module& m, const std::string& path, const std::vect
         at::Tensor t = torch::from_blob(data, w.shape, release, at::TensorOptions().dtype(dtype_of(w.dtype)));
         at::Tensor target = p.value;
         target.set_data(t);
+        ++used;
+    }
+    for (const auto& w : index) {
+        if (!is_scale_entry(w)) continue;
+        auto layer = scaled_layer(m, w.name);
+        if (!layer)
+            throw Error("weights file " + path + " holds 8-bit blocks for " + w.name.substr(0, w.name.size() - 6) +
+                        ", a layer of its model file that cannot expand them (files of two different exports?)");
+        char* data = static_cast<char*>(mapping->base) + w.begin;
+        layer->setattr("weight_scale", torch::from_blob(data, w.shape, [mapping](void*) {},
+                                                        at::TensorOptions().dtype(at::kHalf)));
         ++used;
     }
     if (used != index.size()) throw Error("weights file " + path + " holds tensors its model file does not have");

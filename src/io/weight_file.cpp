@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <limits>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -14,9 +15,11 @@ namespace sd {
 namespace {
 
 constexpr uint64_t kMaxHeader = 100u << 20;  // the safetensors format's own limit
+constexpr int64_t kQ8Block = 32;
 
 uint64_t element_size(const std::string& dtype, WeightUse use) {
-    if (use == WeightUse::Mapped) return dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+    if (use == WeightUse::Mapped)
+        return dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : dtype == "I8" ? 1 : 0;
     return static_cast<uint64_t>(dtype_size(dtype));
 }
 
@@ -58,6 +61,43 @@ uint64_t header_length(const unsigned char* len_bytes, uint64_t size, const std:
     return header_len;
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A mapped file's 8-bit layers (a --dtype q8_0 export, docs/model-format.md): each I8
+// `L.weight` goes with an F16 `L.weight_scale` of [rows, row / 32], GGUF q8_0's blocks of 32
+// values along each output row. Neither may come alone or in another shape: the layer would
+// expand it into a wrong weight, or read past its scales.
+void check_q8_pairs(const std::vector<WeightEntry>& entries, const std::string& path) {
+    std::unordered_map<std::string, const WeightEntry*> by_name;
+    for (const auto& w : entries) by_name[w.name] = &w;
+    for (const auto& w : entries) {
+        const auto bad = [&](const std::string& why) {
+            return corrupt(path, "tensor '" + printable(w.name) + "': " + why);
+        };
+        if (w.dtype == "I8") {
+            if (!ends_with(w.name, ".weight")) throw bad("I8 is only for a layer's .weight (8-bit blocks)");
+            if (w.shape.size() < 2 || w.shape[0] == 0)
+                throw bad("an I8 weight needs rows: its shape is " + shape_text(w.shape));
+            int64_t row = 1;
+            for (size_t i = 1; i < w.shape.size(); ++i) row *= w.shape[i];  // bounded by the file size
+            if (row == 0 || row % kQ8Block != 0)
+                throw bad("I8 rows of " + std::to_string(row) + " values are not whole blocks of 32");
+            const auto it = by_name.find(w.name + "_scale");
+            const std::vector<int64_t> want = {w.shape[0], row / kQ8Block};
+            if (it == by_name.end()) throw bad("I8 without its F16 scales " + printable(w.name) + "_scale");
+            if (it->second->dtype != "F16" || it->second->shape != want)
+                throw bad("its scales " + printable(w.name) + "_scale are " + it->second->dtype + " " +
+                          shape_text(it->second->shape) + ", not F16 " + shape_text(want));
+        } else if (ends_with(w.name, ".weight_scale")) {
+            const auto it = by_name.find(w.name.substr(0, w.name.size() - 6));
+            if (it == by_name.end() || it->second->dtype != "I8")
+                throw bad("scales without an I8 weight " + printable(w.name.substr(0, w.name.size() - 6)));
+        }
+    }
+}
+
 // The entries of a header (its JSON text) in a file of `size` bytes.
 std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, const std::string& path,
                                       WeightUse use) {
@@ -84,7 +124,7 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         const auto& shape = e["shape"];
         const auto& offsets = e["data_offsets"];
         if (!dtype.is_string() || element_size(dtype.get<std::string>(), use) == 0)
-            throw bad(use == WeightUse::Mapped ? "dtype is not F32, F16 or BF16" : "unknown dtype");
+            throw bad(use == WeightUse::Mapped ? "dtype is not F32, F16, BF16 or I8" : "unknown dtype");
         if (!shape.is_array() || shape.size() > 8) throw bad("shape is not a list of at most 8 sizes");
         if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
             !offsets[1].is_number_unsigned())
@@ -110,6 +150,7 @@ std::vector<WeightEntry> parse_header(const std::string& header, uint64_t size, 
         w.end = data_start + end;
         out.push_back(std::move(w));
     }
+    if (use == WeightUse::Mapped) check_q8_pairs(out, path);
     return out;
 }
 

@@ -12,7 +12,7 @@ namespace sd {
 
 struct WeightEntry {
     std::string name;
-    std::string dtype;  // "F32", "F16" or "BF16" (any dtype_size name for WeightUse::AnyDtype)
+    std::string dtype;  // "F32", "F16", "BF16" or "I8" (any dtype_size name for WeightUse::AnyDtype)
     std::vector<int64_t> shape;
     uint64_t begin = 0, end = 0;  // byte range in the file (not in the data section)
 };
@@ -21,8 +21,10 @@ struct WeightEntry {
 // inside the file, matches its shape and dtype and is aligned for its element
 // type. Throws sd::Error naming the file and the fault; never trusts a size.
 // A model's own weights are mapped, so they must be floats aligned to their
-// size; a file that is copied (a LoRA, an embedding, a VAE: AnyDtype) may hold
-// any safetensors dtype at any offset.
+// size, or a --dtype q8_0 export's 8-bit layers: an I8 `L.weight` only with its
+// F16 `L.weight_scale` [rows, row / 32] (docs/model-format.md); a file that is
+// copied (a LoRA, an embedding, a VAE: AnyDtype) may hold any safetensors dtype
+// at any offset.
 enum class WeightUse { Mapped, AnyDtype };
 std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse use = WeightUse::Mapped);
 

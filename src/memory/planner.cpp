@@ -173,6 +173,7 @@ MemoryModel memory_model(const ModelConfig& c) {
     m.vae_weights = stage_size(c.vae_decoder_path);
     if (!c.vae_encoder_path.empty()) m.vae_encoder_weights = stage_size(c.vae_encoder_path);
     m.half_file = c.dtype == "float16";
+    m.q8_file = c.dtype == "q8_0";
     m.latent_channels = c.latent_channels;
     m.downsample = c.downsample_factor;
     m.fused_attention = c.fused_attention;
@@ -317,10 +318,16 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     p.text.beside_scores = p.text.activations;
 
     weights(p.unet, m.unet_weights, r.half_weights);
-    if (r.q8_weights) {
+    if (r.q8_weights && m.q8_file) {
+        p.unet.weights = p.unet.load = m.unet_weights;  // the 8-bit file mapped as it is
+    } else if (r.q8_weights) {
         // 34 bytes a block of 32 values; narrowing holds one layer in fp32 beside its file pages.
         p.unet.weights = m.unet_weights * kQ8BytesPerValue / (m.half_file ? 2.0 : 4.0);
         p.unet.load = p.unet.weights + 2.0 * std::min(m.unet_weights, m.unet_largest_conv_bytes);
+    } else if (m.q8_file) {
+        // Expanded at load, one layer at a time, to the type held.
+        p.unet.weights = m.unet_weights / kQ8BytesPerValue * (r.half_weights ? 2.0 : 4.0);
+        p.unet.load = p.unet.weights + std::min(p.unet.weights, m.unet_largest_conv_bytes);
     }
     p.unet.load += r.unet_lora_bytes;
     const double hw = h * w;

@@ -35,6 +35,7 @@ struct MemoryModel {
     double text_weights = 0, unet_weights = 0, vae_weights = 0;  // bytes (sizes of the .pt files)
     double vae_encoder_weights = 0;                              // 0: the export has no encoder
     bool half_file = false;                                      // the .pt files hold fp16 weights
+    bool q8_file = false;  // a --dtype q8_0 export: the UNet file holds 8-bit blocks (the rest fp32)
     int latent_channels = 4, downsample = 8;
     int model_channels = 320;
     double unet_skip_floats = 0;  // floats per latent pixel held in the UNet's skip list, per row

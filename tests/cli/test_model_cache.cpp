@@ -166,6 +166,35 @@ TEST(ModelCache, ExportArgumentsFromTheCommandLine) {
     EXPECT_NE(out.err.find("--export-arg: --out is the cache's to set"), std::string::npos) << out.err;
 }
 
+// A q8_0 GGUF file (the conformance fixture, copied beside a side file with the tiny
+// model's configs) is exported with --dtype auto: the entry keeps its UNet in 8-bit blocks
+// (model.json dtype q8_0, I8 weights), and --dtype float32 given makes a float entry.
+TEST(ModelCache, QuantizedGgufStaysEightBit) {
+    const std::string gguf = sdtest::fixtures() + "/../../../shared/conformance/gguf/tiny-q8_0.gguf";
+    if (!fs::exists(gguf)) GTEST_SKIP() << "no ../shared/conformance/gguf next to the checkout";
+    const std::string dir = sdtest::temp_dir(), cache = dir + "/cache", fx = sdtest::fixtures() + "/tiny/";
+    fs::create_directory(dir + "/src");
+    fs::copy_file(gguf, dir + "/src/tiny-q8_0.gguf");
+    std::ofstream(dir + "/src/tiny-q8_0.export.json")
+        << "{\"config\": \"" << fx << "v1-tiny.yaml\", \"text-config\": \"" << fx << "text_encoder.json\"}";
+    auto r = run(run_args(dir + "/src/tiny-q8_0.gguf", cache, dir + "/o"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(entries(cache).size(), 1u);
+    const std::string entry = cache + "/" + entries(cache)[0];
+    EXPECT_NE(read_bytes(entry + "/model.json").find("\"dtype\": \"q8_0\""), std::string::npos);
+    EXPECT_NE(read_bytes(entry + "/unet.weights").find("\"dtype\":\"I8\""), std::string::npos);
+    EXPECT_LT(fs::file_size(entry + "/unet.weights"), fs::file_size(gguf) / 4) << "the UNet of a 15 MB model";
+
+    auto args = run_args(dir + "/src/tiny-q8_0.gguf", cache, dir + "/o2");
+    args.push_back("--export-arg=--dtype=float32");
+    auto f32 = run(args);
+    ASSERT_EQ(f32.exit_code, 0) << f32.err;
+    ASSERT_EQ(entries(cache).size(), 2u);
+    for (const auto& e : entries(cache))
+        if (cache + "/" + e != entry)
+            EXPECT_NE(read_bytes(cache + "/" + e + "/model.json").find("\"dtype\": \"float32\""), std::string::npos);
+}
+
 // A diffusers folder goes through the cache too (the SDXL fixture's): exported once,
 // then run without Python, the same bytes both times.
 TEST(ModelCache, DiffusersFolderIsExportedOnce) {
@@ -318,7 +347,7 @@ TEST(ModelCache, BadSourcesAndSideFilesAreOneLine) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_EQ(r.err, "sd-txt2img: error: --model " + dir +
                          "/notes.txt is not a model: give an exported folder (model.json), a checkpoint "
-                         "(.safetensors, .ckpt) or a diffusers folder (model_index.json)\n");
+                         "(.safetensors, .ckpt, .gguf) or a diffusers folder (model_index.json)\n");
     r = run(run_args(dir + "/missing.safetensors", cache, dir + "/o"));
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_EQ(r.err, "sd-txt2img: error: --model " + dir + "/missing.safetensors does not exist\n");

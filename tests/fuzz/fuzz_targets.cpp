@@ -56,9 +56,26 @@ void weight_index(const uint8_t* data, size_t size) {
     // exactly its shape's elements, aligned: model loading maps it as is.
     uint64_t header_end = 8;
     for (int i = 7; i >= 0; --i) header_end += static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    std::map<std::string, const sd::WeightEntry*> by_name;
+    for (const auto& w : index) by_name[w.name] = &w;
     for (const auto& w : index) {
-        const uint64_t elem = w.dtype == "F32" ? 4 : (w.dtype == "F16" || w.dtype == "BF16") ? 2 : 0;
+        const uint64_t elem =
+            w.dtype == "F32" ? 4 : (w.dtype == "F16" || w.dtype == "BF16") ? 2 : w.dtype == "I8" ? 1 : 0;
         require(elem != 0, "accepted dtype " + w.dtype);
+        // An 8-bit weight goes with its F16 scales, one per 32 values of each row (and back).
+        if (w.dtype == "I8") {
+            const auto it = by_name.find(w.name + "_scale");
+            require(it != by_name.end() && it->second->dtype == "F16" && w.shape.size() >= 2 &&
+                        it->second->shape.size() == 2 && it->second->shape[0] == w.shape[0] && w.shape[0] > 0,
+                    "I8 without its scales: " + w.name);
+            int64_t row = 1;
+            for (size_t i = 1; i < w.shape.size(); ++i) row *= w.shape[i];
+            require(row > 0 && row % 32 == 0 && it->second->shape[1] == row / 32, "scales of another shape: " + w.name);
+        }
+        if (w.name.size() > 13 && w.name.compare(w.name.size() - 13, 13, ".weight_scale") == 0) {
+            const auto it = by_name.find(w.name.substr(0, w.name.size() - 6));
+            require(it != by_name.end() && it->second->dtype == "I8", "scales without an I8 weight: " + w.name);
+        }
         require(w.begin >= header_end && w.begin <= w.end && w.end <= size, "range outside the data: " + w.name);
         require(w.begin % elem == 0, "unaligned: " + w.name);
         require(w.shape.size() <= 8, "more than 8 sizes: " + w.name);

@@ -24,7 +24,7 @@ def put(target, name, data, root=ROOT):
 
 def weights(tensors, pad_to=8):
     """A weight file in the safetensors layout: (name, dtype, shape) list."""
-    size = {"F32": 4, "F16": 2, "BF16": 2}
+    size = {"F32": 4, "F16": 2, "BF16": 2, "I8": 1}
     header, offset = {}, 0
     for name, dtype, shape in tensors:
         n = size[dtype]
@@ -42,6 +42,11 @@ put("weight_index", "two_f32", weights([("a.weight", "F32", [2, 3]), ("a.bias", 
 put("weight_index", "mixed", weights([("x", "F16", [4]), ("y", "BF16", [2, 2]), ("z", "F32", [])]))
 put("weight_index", "empty_tensor", weights([("e", "F32", [0, 5]), ("f", "F16", [1, 1, 1, 1])]))
 put("weight_index", "header_only", struct.pack("<Q", 2) + b"{}")
+# --dtype q8_0 exports: an I8 weight with its F16 scales [rows, row / 32], wider tensors first (aligned).
+put("weight_index", "q8_linear", weights([("l.bias", "F32", [4]), ("l.weight_scale", "F16", [4, 2]),
+                                          ("l.weight", "I8", [4, 64])]))
+put("weight_index", "q8_conv", weights([("c.weight_scale", "F16", [2, 9]), ("c.weight", "I8", [2, 32, 3, 3]),
+                                        ("n.weight", "I8", [1, 32]), ("n.weight_scale", "F16", [1, 1])]))
 
 # LoRA files for the lora_file harness's small model (fuzz_targets.cpp).
 put("lora_file", "kohya_linear_alpha", weights([

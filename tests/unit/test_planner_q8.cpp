@@ -57,3 +57,22 @@ TEST(PlannerQ8, ABudgetNeverChoosesQ8) {
     // There are budgets where only q8 would fit, and fp32 is refused there, not narrowed.
     EXPECT_TRUE(only_q8_fits);
 }
+
+// A --dtype q8_0 export: its UNet file holds the blocks, so q8 maps it as it is (nothing
+// narrowed at load: the load is the weights), the same bytes as narrowing the fp32 file;
+// fp32 or fp16 held expand it (four or two bytes a value).
+TEST(PlannerQ8, EightBitFileIsCountedAsItIsHeld) {
+    const auto fp32_file = sdtest::sd15_memory_model();
+    auto q8_file = fp32_file;
+    q8_file.q8_file = true;
+    q8_file.unet_weights = fp32_file.unet_weights * 34.0 / 32.0 / 4.0;
+    const auto narrowed = sd::plan_memory(fp32_file, request(16 * GiB, false, true), 160 * MiB);
+    const auto mapped = sd::plan_memory(q8_file, request(16 * GiB, false, true), 160 * MiB);
+    EXPECT_NEAR(mapped.unet.weights, narrowed.unet.weights, 1.0);
+    EXPECT_DOUBLE_EQ(mapped.unet.load, mapped.unet.weights);
+    EXPECT_LT(mapped.unet.load, narrowed.unet.load);
+    const auto fp32 = sd::plan_memory(q8_file, request(16 * GiB, false, false), 160 * MiB);
+    EXPECT_NEAR(fp32.unet.weights, fp32_file.unet_weights, 1.0);
+    const auto fp16 = sd::plan_memory(q8_file, request(16 * GiB, true, false), 160 * MiB);
+    EXPECT_NEAR(fp16.unet.weights, fp32_file.unet_weights / 2, 1.0);
+}

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
+#include <vector>
 
 #include "io/weight_file.h"
 
@@ -126,4 +128,66 @@ TEST(WeightIndex, FromMemoryAsFromTheFile) {
     }
     EXPECT_GT(errors, 10);                  // the damage was seen...
     EXPECT_LT(errors, int(inputs.size()));  // ...and the good file read
+}
+
+namespace {
+
+// A file of (name, dtype, shape) tensors, each at the next offset (F16 before I8: aligned).
+std::string q8_file(const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>& tensors) {
+    nlohmann::json header;
+    uint64_t offset = 0;
+    for (const auto& [name, dtype, shape] : tensors) {
+        uint64_t n = static_cast<uint64_t>(sd::dtype_size(dtype));
+        for (int64_t s : shape) n *= static_cast<uint64_t>(s);
+        header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {offset, offset + n}}};
+        offset += n;
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    return bytes + text + std::string(offset, '\x02');
+}
+
+std::string refusal(const std::string& bytes) {
+    try {
+        sd::parse_weight_index(bytes, "m/unet.weights");
+    } catch (const sd::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+// --dtype q8_0 files: an I8 weight is mapped only beside its F16 scales [rows, row / 32];
+// anything else is refused in one line naming the file and the tensor.
+TEST(WeightIndex, EightBitWeightsComeWithTheirScales) {
+    using T = std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>;
+    const auto good = sd::parse_weight_index(
+        q8_file({{"l.bias", "F32", {4}}, {"l.weight_scale", "F16", {4, 2}}, {"l.weight", "I8", {4, 64}},
+                 {"c.weight_scale", "F16", {2, 9}}, {"c.weight", "I8", {2, 32, 3, 3}}}),
+        "m/unet.weights");
+    EXPECT_EQ(good.size(), 5u);
+    // A copied file (a LoRA) may hold I8 as any other type, without scales.
+    EXPECT_NO_THROW(sd::parse_weight_index(q8_file({{"x", "I8", {3}}}), "a.safetensors", sd::WeightUse::AnyDtype));
+    const std::vector<std::pair<T, std::string>> bad = {
+        {{{"l.weight", "I8", {4, 64}}}, "'l.weight': I8 without its F16 scales l.weight_scale"},
+        {{{"l.weight_scale", "F32", {4, 2}}, {"l.weight", "I8", {4, 64}}},
+         "'l.weight': its scales l.weight_scale are F32 [4,2], not F16 [4,2]"},
+        {{{"l.weight_scale", "F16", {4, 1}}, {"l.weight", "I8", {4, 64}}},
+         "'l.weight': its scales l.weight_scale are F16 [4,1], not F16 [4,2]"},
+        {{{"l.weight_scale", "F16", {4, 2}}, {"l.weight", "F32", {4, 64}}},
+         "'l.weight_scale': scales without an I8 weight l.weight"},
+        {{{"l.bias", "I8", {32}}}, "'l.bias': I8 is only for a layer's .weight"},
+        {{{"l.weight_scale", "F16", {4}}, {"l.weight", "I8", {128}}}, "'l.weight': an I8 weight needs rows"},
+        {{{"l.weight_scale", "F16", {4, 1}}, {"l.weight", "I8", {4, 16}}},
+         "'l.weight': I8 rows of 16 values are not whole blocks of 32"},
+        {{{"l.weight_scale", "F16", {0, 2}}, {"l.weight", "I8", {0, 64}}}, "'l.weight': an I8 weight needs rows"},
+    };
+    for (const auto& [tensors, want] : bad) {
+        const std::string got = refusal(q8_file(tensors));
+        EXPECT_NE(got.find("weights file m/unet.weights is corrupt: tensor " + want), std::string::npos) << got;
+        EXPECT_EQ(got.find('\n'), std::string::npos) << got;
+    }
 }
