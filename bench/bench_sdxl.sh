@@ -17,12 +17,12 @@
 #   txt2img --weights fp16 --max-memory 7G, Euler 2 steps.
 # PICTURE is a 1024x1024 picture (default: a drawing made with PIL). Prints the CPU,
 # uptime before each run, and a Markdown row per run: the planner's prediction against
-# /usr/bin/time -v's peak RSS, and the last step's seconds. About 20 minutes on 2 quiet cores.
+# the largest of the stages' measured peaks (--verbose), and the last step's seconds. About 20 minutes on 2 quiet cores.
 # SDXL_BENCH_LOGS=DIR keeps each run's stderr (--verbose: the per-stage peaks) and picture in DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# One run under /usr/bin/time -v: a Markdown row of the plan's prediction, the peak RSS and the last step's time.
+# One run under /usr/bin/time -v --verbose: a Markdown row of the plan's prediction, the peak and the last step's time.
 budget_run() {
   local what=$1 err
   shift
@@ -39,8 +39,13 @@ budget_run() {
   [ -n "$kib" ] || { printf '| %s | %s | %s | failed: %s | |\n' "$what" "$choice" "$predicted" "$(tail -1 "$err")"; return; }
   sps=$(grep -o '[0-9.]* s/step' "$err" | tail -1)
   grep -E "peak: predicted|model evaluations|Exit status" "$err" | sed "s/^/$what: /" >&2
-  printf '| %s | %s | %s | %.2f GiB (%s KiB) | %s |\n' "$what" "$choice" "$predicted" \
-    "$(echo "$kib / 1048576" | bc -l)" "$kib" "$sps"
+  # --verbose starts each stage's peak afresh (/proc/self/clear_refs), which also resets what
+  # /usr/bin/time reads at exit: its figure is the last stage's. The run's peak is the largest
+  # of the stages' measured peaks.
+  local stages
+  stages=$(sed -n 's/.* peak: predicted .*, measured \([0-9.]*\) GiB.*/\1/p' "$err" | sort -g | tail -1)
+  printf '| %s | %s | %s | %s GiB (stages: %s; time -v %s KiB) | %s |\n' "$what" "$choice" "$predicted" \
+    "$stages" "$(sed -n 's/.* peak: predicted .*, measured \([0-9.]* [GM]iB\).*/\1/p' "$err" | paste -sd, -)" "$kib" "$sps"
 }
 
 if [ "${1:-}" = "--budgets" ]; then
