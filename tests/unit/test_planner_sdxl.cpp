@@ -43,7 +43,8 @@ sd::MemoryRequest at_1024(double budget) {
 
 // --weights q8 --max-memory 4.5G: the VAE decoder is the largest stage, measured at
 // 4,586,380 KiB (--verbose's stages: 3.20, 3.24, 4.37 GiB), with no freed blocks kept
-// (the budget leaves the cache nothing). The plan of 8 floats per pixel and ch predicted 4.35 GiB.
+// (the budget leaves the cache nothing); /usr/bin/time -v of a run without --verbose:
+// 4,592,336 KiB. The plan of 8 floats per pixel and ch predicted 4.35 GiB.
 TEST(PlannerSdxl, Q8At1024FitsFourAndAHalfGiBWithoutUnderPredicting) {
     auto r = at_1024(4.5 * GiB);
     r.q8_weights = true;
@@ -53,7 +54,7 @@ TEST(PlannerSdxl, Q8At1024FitsFourAndAHalfGiBWithoutUnderPredicting) {
     EXPECT_EQ(p.vae_tile, 0) << "the whole image, as measured";
     EXPECT_TRUE(p.sequential);
     EXPECT_DOUBLE_EQ(p.block_cache, 0.0);
-    EXPECT_GE(p.peak(), 4586380 * KiB);
+    EXPECT_GE(p.peak(), 4592336 * KiB);
     EXPECT_GE(p.vae.total(p.base), 4586380 * KiB);
     EXPECT_LE(p.peak(), 4.5 * GiB);
 }
