@@ -17,35 +17,39 @@
 #   txt2img --weights fp16 --max-memory 7G, Euler 2 steps.
 # PICTURE is a 1024x1024 picture (default: a drawing made with PIL). Prints the CPU,
 # uptime before each run, and a Markdown row per run: the planner's prediction against
-# the largest of the stages' measured peaks (--verbose), and the last step's seconds. About 20 minutes on 2 quiet cores.
-# SDXL_BENCH_LOGS=DIR keeps each run's stderr (--verbose: the per-stage peaks) and picture in DIR.
+# /usr/bin/time -v's peak RSS, and the last step's seconds. About 20 minutes on 2 quiet cores.
+# SDXL_BENCH_LOGS=DIR keeps each run's stderr and picture in DIR; SDXL_BENCH_STAGES=1: see budget_run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# One run under /usr/bin/time -v --verbose: a Markdown row of the plan's prediction, the peak and the last step's time.
+# One run under /usr/bin/time -v: a Markdown row of the plan's prediction, the peak and the last step's time.
+# SDXL_BENCH_STAGES=1 adds --verbose and its per-stage peaks (stderr). --verbose starts each stage's
+# peak afresh (/proc/self/clear_refs), which also resets what /usr/bin/time reads at exit, so the
+# row's peak is then the largest stage peak, a lower bound (measured 5.73 GiB where a plain run of
+# the same img2img took 6.13).
 budget_run() {
   local what=$1 err
   shift
   local args=(--prompt "a photograph of an astronaut riding a horse" --H 1024 --W 1024 --sampler euler --threads 2
               --seed 1 "$@")
-  local plan predicted choice kib sps
-  plan=$("$bin" "${args[@]}" --plan 2>&1) || { printf '| %s | refused: %s | | | | |\n' "$what" "$plan"; return; }
+  local plan predicted choice kib sps peak
+  plan=$("$bin" "${args[@]}" --plan 2>&1) || { printf '| %s | refused: %s | | | |\n' "$what" "$plan"; return; }
   predicted=$(sed -n 's/.*predicted peak: //p' <<<"$plan")
   choice=$(sed -n 's/^  attention: //p' <<<"$plan")
+  [ "${SDXL_BENCH_STAGES:-0}" = 1 ] && args+=(--verbose)
   echo "uptime before $what: $(uptime)" >&2
   err="$out/err-${what// /-}"
-  /usr/bin/time -v "$bin" "${args[@]}" --verbose --outdir "$out" > /dev/null 2> "$err" || true
+  /usr/bin/time -v "$bin" "${args[@]}" --outdir "$out" > /dev/null 2> "$err" || true
   kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$err")
   [ -n "$kib" ] || { printf '| %s | %s | %s | failed: %s | |\n' "$what" "$choice" "$predicted" "$(tail -1 "$err")"; return; }
   sps=$(grep -o '[0-9.]* s/step' "$err" | tail -1)
   grep -E "peak: predicted|model evaluations|Exit status" "$err" | sed "s/^/$what: /" >&2
-  # --verbose starts each stage's peak afresh (/proc/self/clear_refs), which also resets what
-  # /usr/bin/time reads at exit: its figure is the last stage's. The run's peak is the largest
-  # of the stages' measured peaks.
-  local stages
-  stages=$(sed -n 's/.* peak: predicted .*, measured \([0-9.]*\) GiB.*/\1/p' "$err" | sort -g | tail -1)
-  printf '| %s | %s | %s | %s GiB (stages: %s; time -v %s KiB) | %s |\n' "$what" "$choice" "$predicted" \
-    "$stages" "$(sed -n 's/.* peak: predicted .*, measured \([0-9.]* [GM]iB\).*/\1/p' "$err" | paste -sd, -)" "$kib" "$sps"
+  peak=$(printf '%.2f GiB (%s KiB)' "$(echo "$kib / 1048576" | bc -l)" "$kib")
+  if [ "${SDXL_BENCH_STAGES:-0}" = 1 ]; then
+    peak="$(sed -n 's/.* peak: predicted .*, measured \([0-9.]*\) GiB.*/\1/p' "$err" | sort -g | tail -1) GiB (stages:"
+    peak+=" $(sed -n 's/.* peak: predicted .*, measured \([0-9.]* [GM]iB\).*/\1/p' "$err" | paste -sd, -))"
+  fi
+  printf '| %s | %s | %s | %s | %s |\n' "$what" "$choice" "$predicted" "$peak" "$sps"
 }
 
 if [ "${1:-}" = "--budgets" ]; then

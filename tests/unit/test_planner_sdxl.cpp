@@ -61,7 +61,8 @@ TEST(PlannerSdxl, Q8At1024FitsFourAndAHalfGiBWithoutUnderPredicting) {
 
 // --weights fp16 --max-memory 7G at 1024², txt2img and img2img at strength 0.5 (--verbose's
 // per-stage peaks): the VAE decoder stage measured 4.94 and 5.00 GiB with 756 MiB of freed
-// blocks kept, the whole limit; the UNet stage 5.73 and 6.13 GiB, the runs' peaks. Fused
+// blocks kept, the whole limit; the UNet stage 5.73 and 6.13 GiB, the runs' peaks (img2img
+// without --verbose, 2 steps at strength 0.5: 6,428,544 KiB by /usr/bin/time -v). Fused
 // attention leaves no score blocks to hold part of the limit, so each stage's share is the
 // limit (the VAE was planned with the limit less 192 MiB: 4.80 GiB).
 TEST(PlannerSdxl, Fp16Img2ImgAt1024CountsTheWholeCacheBesideTheVae) {
@@ -77,7 +78,7 @@ TEST(PlannerSdxl, Fp16Img2ImgAt1024CountsTheWholeCacheBesideTheVae) {
     EXPECT_DOUBLE_EQ(p.unet.kept, p.block_cache);
     EXPECT_GE(p.vae.total(p.base), 5.00 * GiB);
     EXPECT_GE(p.unet.total(p.base), 6.13 * GiB);
-    EXPECT_GE(p.peak(), 6.13 * GiB);
+    EXPECT_GE(p.peak(), 6428544 * KiB);
     EXPECT_LE(p.peak(), 7 * GiB);
 }
 
