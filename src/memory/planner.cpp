@@ -33,7 +33,10 @@ static constexpr double kUnetPrepackPerChannel = 10.0;
 static constexpr double kVaePrepackFloatsPerChannel = 1.0;
 // VAE decoder: floats per output pixel, in units of ch, at the finest level
 // (upsampled 2ch input, its conv, ResnetBlock temporaries). See docs/memory.md.
-static constexpr double kVaeFloatsPerChannel = 8.0;
+// 8.1, not 8: the one run with no freed blocks kept (full-size SDXL, --weights
+// q8, 1024x1024 under 4.5G) measured 8.06 x ch, 28 MiB over a plan of 8, and the
+// VAE is that run's largest stage (docs/benchmarks.md, full-size SDXL at 1024²).
+static constexpr double kVaeFloatsPerChannel = 8.1;
 // Its mid-block attention runs on the latent grid at the widest channel count,
 // beside the block's input, q, k and v; the finest level's activations are not
 // yet allocated then. Counting them together over-predicted a 1024x1024
@@ -279,7 +282,11 @@ MemoryPlan with_block_cache(MemoryPlan p) {
         // share of the limit until the next attention takes them back: other
         // blocks get only what they leave (768x768, 4 images, per-head: 2.5
         // GiB blocks, 28% over-predicted without this).
-        const double block = s->scores / 2;  // the scores and their softmax
+        // Fused attention has no score blocks: its copies of k and v are ordinary
+        // blocks, reused like the rest (full-size SDXL, 1024², fp16 under 7G: both
+        // the UNet and the VAE kept the whole limit, 756 MiB; capping them at the
+        // limit less two "score blocks" under-predicted the VAE by 140 MiB).
+        const double block = p.attention_mode == AttentionMode::Fused ? 0.0 : s->scores / 2;
         const double held = block > 0 ? std::min(2.0, std::floor(p.block_cache / block)) * block : 0.0;
         s->kept = std::min(p.block_cache - held, s->share_at_peak);
     }
