@@ -276,6 +276,9 @@ void register_blocked_operators() {
             "bool plain_out) -> Tensor",
             &blocked_downsample);
         lib->def("to_plain(Tensor x) -> Tensor", &blocked_to_plain);
+        // For benchmarks and tests that switch modules from Python (the exports never call these).
+        lib->def("pack_weight(Tensor w, int block) -> Tensor", &pack_conv_weight);
+        lib->def("route_block() -> int", [] { return static_cast<int64_t>(blocked_route_block()); });
     });
 }
 
