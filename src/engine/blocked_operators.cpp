@@ -186,9 +186,9 @@ at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block) {
     check_float_cpu(w, "a convolution weight");
     TORCH_CHECK(w.dim() == 4, "sd_blocked: a convolution weight must be [out, in, kh, kw]");
     const auto wc = w.contiguous();
-    auto p = at::empty({kernels::packed_conv_weight_floats(w.size(0), w.size(1), w.size(2), w.size(3),
-                                                           static_cast<int>(block))},
-                       w.options());
+    auto p = at::empty(
+        {kernels::packed_conv_weight_floats(w.size(0), w.size(1), w.size(2), w.size(3), static_cast<int>(block))},
+        w.options());
     kernels::pack_conv_weights(wc.data_ptr<float>(), w.size(0), w.size(1), w.size(2), w.size(3),
                                static_cast<int>(block), p.data_ptr<float>());
     return p;

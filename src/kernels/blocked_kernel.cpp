@@ -37,7 +37,8 @@ bool cpu_runs(const BlockedKernel& k) {
     if (k.block == 16)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512vl") && dnnl_has(dnnl::cpu_isa::avx512_core);
-    if (k.block == 8) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && dnnl_has(dnnl::cpu_isa::avx2);
+    if (k.block == 8)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && dnnl_has(dnnl::cpu_isa::avx2);
     return false;
 #else
     (void)k;
@@ -103,12 +104,12 @@ std::shared_ptr<const dnnl::convolution_forward> conv_primitive(const ConvShape&
     const dnnl::memory::desc bias({s.oc}, dt::f32, tag::a);
     const dnnl::memory::dims strides{s.stride, s.stride}, pad_l{s.pad_top, s.pad_left},
         pad_r{s.pad_bottom, s.pad_right};
-    const auto d = with_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::convolution_direct, src, wei, bias, dst,
-                                                               strides, pad_l, pad_r)
-                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::convolution_direct, src, wei, dst,
-                                                               strides, pad_l, pad_r);
+    const auto d =
+        with_bias
+            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                              src, wei, bias, dst, strides, pad_l, pad_r)
+            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                              src, wei, dst, strides, pad_l, pad_r);
     dnnl::primitive_attr attr;
     if (accumulate) {
         dnnl::post_ops ops;
@@ -138,9 +139,10 @@ void conv_blocked(const ConvShape& s, const float* src, const float* packed_weig
     const dnnl::memory::desc sd({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc dd({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc wd({s.oc, s.ic, s.kh, s.kw}, dt::f32, weight_tag(s.block));
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(sd, eng, const_cast<float*>(src))},
-                                               {DNNL_ARG_WEIGHTS, dnnl::memory(wd, eng, const_cast<float*>(packed_weights))},
-                                               {DNNL_ARG_DST, dnnl::memory(dd, eng, dst)}};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(sd, eng, const_cast<float*>(src))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(wd, eng, const_cast<float*>(packed_weights))},
+        {DNNL_ARG_DST, dnnl::memory(dd, eng, dst)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{s.oc}, dt::f32, tag::a}, eng, const_cast<float*>(bias)));
     dnnl::stream strm(eng);
     prim->execute(strm, args);

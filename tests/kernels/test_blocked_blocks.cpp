@@ -51,9 +51,11 @@ Block make_block(int64_t in, int64_t out, int64_t groups, double eps, bool emb) 
 }
 
 at::Tensor reference_resblock(const Block& b, const at::Tensor& x, const at::Tensor& emb_out) {
-    auto h = at::conv2d(swish(at::group_norm(x, b.groups, b.n1w, b.n1b, b.eps)), b.c1w, b.c1b, at::IntArrayRef{1}, at::IntArrayRef{1});
+    auto h = at::conv2d(swish(at::group_norm(x, b.groups, b.n1w, b.n1b, b.eps)), b.c1w, b.c1b, at::IntArrayRef{1},
+                        at::IntArrayRef{1});
     if (emb_out.defined()) h = h + emb_out.unsqueeze(2).unsqueeze(3);
-    h = at::conv2d(swish(at::group_norm(h, b.groups, b.n2w, b.n2b, b.eps)), b.c2w, b.c2b, at::IntArrayRef{1}, at::IntArrayRef{1});
+    h = at::conv2d(swish(at::group_norm(h, b.groups, b.n2w, b.n2b, b.eps)), b.c2w, b.c2b, at::IntArrayRef{1},
+                   at::IntArrayRef{1});
     const auto skip = b.sw.defined() ? at::conv2d(x, b.sw, b.sb) : x;
     return skip + h;
 }
@@ -117,15 +119,14 @@ TEST(BlockedBlocks, ResBlocksMatchThePlainOperations) {
     at::manual_seed(2);
     c10::InferenceMode guard;
     const std::vector<ResCase> cases = {
-        {32, 32, 32, 8, 8, 2, true, 1e-5},   // UNet ResBlock, same channels: x is the skip
-        {32, 64, 32, 7, 7, 2, true, 1e-5},   // UNet ResBlock with a channel change: 1x1 skip conv
-        {64, 32, 32, 9, 5, 1, true, 1e-5},   // fewer channels out (the UNet's decoder side)
-        {64, 64, 32, 7, 7, 1, false, 1e-6},  // VAE ResnetBlock
+        {32, 32, 32, 8, 8, 2, true, 1e-5},    // UNet ResBlock, same channels: x is the skip
+        {32, 64, 32, 7, 7, 2, true, 1e-5},    // UNet ResBlock with a channel change: 1x1 skip conv
+        {64, 32, 32, 9, 5, 1, true, 1e-5},    // fewer channels out (the UNet's decoder side)
+        {64, 64, 32, 7, 7, 1, false, 1e-6},   // VAE ResnetBlock
         {64, 128, 32, 6, 6, 1, false, 1e-6},  // VAE ResnetBlock with nin_shortcut
-        {4, 4, 2, 7, 7, 2, true, 1e-5},      // fewer channels than one block
-        {20, 36, 4, 7, 7, 2, true, 1e-5},    // groups across block boundaries, padding both sides
-        {36, 20, 4, 5, 9, 1, false, 1e-6},
-        {16, 16, 8, 1, 1, 3, true, 1e-5},    // one pixel
+        {4, 4, 2, 7, 7, 2, true, 1e-5},       // fewer channels than one block
+        {20, 36, 4, 7, 7, 2, true, 1e-5},     // groups across block boundaries, padding both sides
+        {36, 20, 4, 5, 9, 1, false, 1e-6},   {16, 16, 8, 1, 1, 3, true, 1e-5},  // one pixel
     };
     for (int64_t block : blocks_here()) {
         for (const auto& c : cases) {
@@ -165,19 +166,19 @@ TEST(BlockedBlocks, UpsampleAndDownsampleMatchThePlainOperations) {
                 const auto packed = sd::pack_conv_weight(w, block);
                 const auto xin = c % block == 0 ? sd::plain_to_blocked(x, block) : x;
 
-                const auto up_want =
-                    at::conv2d(at::upsample_nearest2d(x, {2 * size, 2 * (size + 2)}), w, b, at::IntArrayRef{1}, at::IntArrayRef{1});
+                const auto up_want = at::conv2d(at::upsample_nearest2d(x, {2 * size, 2 * (size + 2)}), w, b,
+                                                at::IntArrayRef{1}, at::IntArrayRef{1});
                 EXPECT_LE(rel_diff(sd::blocked_upsample(x, packed, b, c, block, true), up_want), kTolerance) << where;
                 const auto up = sd::blocked_upsample(xin, w, b, c, block, false);
                 EXPECT_LE(rel_diff(sd::blocked_to_plain(up).narrow(1, 0, c), up_want), kTolerance) << where;
 
                 // The UNet's: padding 1 all round; the VAE encoder's: one row and column below and right.
                 const auto down_want = at::conv2d(x, w, b, at::IntArrayRef{2}, at::IntArrayRef{1});
-                EXPECT_LE(rel_diff(sd::blocked_downsample(xin, packed, b, c, 1, 1, block, true), down_want),
-                          kTolerance)
+                EXPECT_LE(rel_diff(sd::blocked_downsample(xin, packed, b, c, 1, 1, block, true), down_want), kTolerance)
                     << where;
                 if (size > 1) {
-                    const auto vae_want = at::conv2d(at::constant_pad_nd(x, {0, 1, 0, 1}), w, b, at::IntArrayRef{2}, at::IntArrayRef{0});
+                    const auto vae_want =
+                        at::conv2d(at::constant_pad_nd(x, {0, 1, 0, 1}), w, b, at::IntArrayRef{2}, at::IntArrayRef{0});
                     EXPECT_LE(rel_diff(sd::blocked_downsample(x, packed, b, c, 0, 1, block, true), vae_want),
                               kTolerance)
                         << where;
@@ -192,7 +193,8 @@ TEST(BlockedBlocks, BadInputsAreRefusedNotMisread) {
         const auto x = at::randn({1, 32, 4, 4});
         const auto w = at::randn({32, 32, 3, 3});
         EXPECT_THROW(sd::blocked_upsample(x, w, c10::nullopt, 16 + 32, block, true), c10::Error);  // channels
-        EXPECT_THROW(sd::blocked_upsample(x, at::randn({7}), c10::nullopt, 32, block, true), c10::Error);  // packed size
+        EXPECT_THROW(sd::blocked_upsample(x, at::randn({7}), c10::nullopt, 32, block, true),
+                     c10::Error);  // packed size
         EXPECT_THROW(sd::blocked_upsample(x.to(at::kDouble), w, c10::nullopt, 32, block, true), c10::Error);
         const auto other = block == 16 ? 8 : 16;
         EXPECT_THROW(sd::blocked_upsample(sd::plain_to_blocked(x, block), w, c10::nullopt, 32, other, true),
