@@ -11,6 +11,8 @@ import os
 import shutil
 
 # sd::attention and sd::linear, which the stages' code calls, must exist before torch.jit.load
+# (and sd_blocked::*, the ResNet blocks' blocked route)
+from . import blocked_ops  # noqa: F401
 from . import ops  # noqa: F401
 from .configs import alphas_cumprod
 from .jsonfile import read_json_object

@@ -157,6 +157,7 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
     }
     slot = load_stage(path, weight_type(path), device_, vae ? &vae_override_ : nullptr, edit);
     if (prepack_ && prepack_applies(path)) {
+        prepack_blocked(*slot);  // the ResNet blocks on blocked activations, then the other convolutions
         prepack_convolutions(*slot);
         if (path == config_.unet_path) unet_packed_ = true;
     }

@@ -1,10 +1,13 @@
 // The entry points of libsd_engine.so, which src/run/engine_loader.cpp looks up by name.
+#include "engine/blocked_operators.h"
 #include "engine/operators.h"
 #include "sd/engine.h"
 
 // Loading this library registers sd::attention, so that Python can run the
 // exported modules with the C++ kernel (torch.ops.load_library; bench/bench_speed.py).
 [[maybe_unused]] static const bool kOperatorsRegistered = (sd::register_operators(), true);
+// And sd_blocked::*, the blocked ResNet blocks (src/engine/blocked_operators.h).
+[[maybe_unused]] static const bool kBlockedRegistered = (sd::register_blocked_operators(), true);
 
 extern "C" {
 

@@ -16,10 +16,12 @@
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/blocked_operators.h"
 #include "engine/operators.h"
 #include "io/code_check.h"
 #include "io/fs_util.h"
 #include "io/weight_file.h"
+#include "kernels/blocked_kernel.h"
 #include "kernels/linear_kernel.h"
 #include "sd/error.h"
 
@@ -262,6 +264,7 @@ torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c
                               const std::map<std::string, at::Tensor>* replace, const StageEdit& edit) {
     const auto index = checked_weight_index(path);
     register_operators();  // the modules' code names sd::attention and sd::linear
+    register_blocked_operators();  // and sd_blocked::* (the ResNet blocks)
     try {
         auto m = torch::jit::load(path, torch::kCPU);
         m.eval();
@@ -344,6 +347,35 @@ int prepack_convolutions(torch::jit::Module& m) {
         ++packed;
     }
     return packed;
+}
+
+int prepack_blocked(torch::jit::Module& m) {
+    const int block = blocked_route_block();
+    if (block == 0) return 0;
+    int switched = 0;
+    for (auto sub : m.modules()) {
+        // `blocked` marks the modules that can run as one sd_blocked operator.
+        if (!sub.hasattr("blocked") || sub.attr("blocked").toInt() != 0) continue;
+        std::vector<torch::jit::Module> convs;
+        bool fits = true;
+        for (auto inner : sub.modules()) {
+            if (!inner.hasattr("conv_split") || !inner.hasattr("weight")) continue;
+            const at::Tensor w = inner.attr("weight").toTensor();
+            // fp32 only; fewer channels than a block (4-channel latents) make oneDNN
+            // fall back to its reference convolution.
+            fits = fits && w.dim() == 4 && !w.is_mkldnn() && w.device().is_cpu() && w.scalar_type() == at::kFloat &&
+                   w.size(0) >= block && w.size(1) >= block;
+            convs.push_back(inner);
+        }
+        if (!fits || convs.empty()) continue;
+        for (auto& conv : convs) {
+            const at::Tensor w = conv.attr("weight").toTensor();
+            conv.register_parameter("weight", pack_conv_weight(w, block), /*is_buffer=*/false);
+        }
+        sub.setattr("blocked", static_cast<int64_t>(block));
+        ++switched;
+    }
+    return switched;
 }
 
 void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split) {

@@ -48,6 +48,15 @@ void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split);
 // back as it is replaced, so memory does not grow. Returns the count replaced.
 int prepack_convolutions(torch::jit::Module& m);
 
+// Switches every module of m that can run as one blocked operator (the
+// `blocked` attribute: ResBlock, ResnetBlock, Upsample, Downsample of
+// python/sd_export/modules/) to the blocked route of this CPU
+// (src/engine/blocked_operators.h): its convolution weights are packed into the
+// blocked weight layout once, here, and `blocked` is set to the block. Only fp32
+// weights on the CPU, where the CPU has a blocked route. Returns the count switched.
+// Run before prepack_convolutions, which then packs the convolutions left.
+int prepack_blocked(torch::jit::Module& m);
+
 // The first line of a LibTorch error, without its C++ backtrace.
 std::string short_message(const c10::Error& e);
 

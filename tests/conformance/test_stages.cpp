@@ -5,6 +5,7 @@
 #include <torch/script.h>
 
 #include "conformance_util.h"
+#include "engine/blocked_operators.h"
 #include "engine/stage_loader.h"
 #include "io/npy.h"
 #include "engine/sampling_loop.h"
@@ -104,6 +105,38 @@ TEST(Stages, PrepackedConvolutionsMatchTheReference) {
             EXPECT_LE(max_abs_diff(unet.forward({xs[k], ts[k], ctx}).toTensor(), outs[k]), 2e-4) << c << " call " << k;
         auto decoded = vae.forward({load(c, "latents.npy") * (1.0 / 0.18215)}).toTensor();
         EXPECT_LE(max_abs_diff(decoded, load(c, "decoded.npy")), 1e-3) << c;
+    }
+}
+
+// The ResNet blocks on blocked activations (the CLI's default with --prepack on,
+// where the CPU has a blocked route), the other convolutions prepacked, fused
+// attention: the dense stages' tolerances against the fixtures, and close to the
+// same stages on the plain route.
+TEST(Stages, BlockedResNetBlocksMatchTheReference) {
+    c10::InferenceMode guard;
+    if (sd::blocked_route_block() == 0) GTEST_SKIP() << "no blocked route on this CPU";
+    auto unet = stage("unet.pt"), vae = stage("vae_decoder.pt");
+    auto plain_unet = stage("unet.pt"), plain_vae = stage("vae_decoder.pt");
+    // The tiny UNet (2 levels): 12 ResBlocks, a Downsample, an Upsample; its VAE decoder
+    // (4 levels of 2 blocks, the middle's 2): 10 ResnetBlocks, 3 upsamplers.
+    EXPECT_EQ(sd::prepack_blocked(unet), 14);
+    EXPECT_EQ(sd::prepack_blocked(vae), 13);
+    EXPECT_EQ(sd::prepack_blocked(unet), 0) << "a second call finds nothing left to switch";
+    sd::prepack_convolutions(unet);
+    sd::prepack_convolutions(vae);
+    for (auto* m : {&unet, &vae, &plain_unet, &plain_vae}) sd::set_attention(*m, sd::parse_attention("fused"));
+    for (const auto& c : kCases) {
+        auto xs = load(c, "unet_x.npy"), ts = load(c, "unet_t.npy"), outs = load(c, "unet_out.npy");
+        auto ctx = load(c, "unet_context.npy");
+        for (int64_t k : {int64_t(0), xs.size(0) - 1}) {
+            const auto out = unet.forward({xs[k], ts[k], ctx}).toTensor();
+            EXPECT_LE(max_abs_diff(out, outs[k]), 2e-4) << c << " call " << k;
+            EXPECT_LE(max_abs_diff(out, plain_unet.forward({xs[k], ts[k], ctx}).toTensor()), 1e-4) << c;
+        }
+        const auto z = load(c, "latents.npy") * (1.0 / 0.18215);
+        auto decoded = vae.forward({z}).toTensor();
+        EXPECT_LE(max_abs_diff(decoded, load(c, "decoded.npy")), 1e-3) << c;
+        EXPECT_LE(max_abs_diff(decoded, plain_vae.forward({z}).toTensor()), 1e-4) << c;
     }
 }
 

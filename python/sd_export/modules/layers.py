@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import blocked_ops  # noqa: F401 - defines torch.ops.sd_blocked.* for torch.jit.script
 from .. import ops  # noqa: F401 - defines torch.ops.sd.attention and .linear for torch.jit.script
 
 # attention_mode values (TorchScript cannot read module globals, so forward() uses the literals).
@@ -104,6 +105,19 @@ class Conv2d(nn.Conv2d):
                 part_scale = part_scale[start:start + per_call]
             parts.append(self._conv_forward(x, _expand(w[start:start + per_call], part_scale, x.dtype), b))
         return torch.cat(parts, 1)
+
+
+# The blocked route (sd_export/blocked_ops.py): the ResNet blocks, Upsample and
+# Downsample carry an int attribute `blocked`, 0 = their own code (the reference),
+# else the channel block (16, 8) of one sd_blocked operator call, set from C++ at
+# load with their convolution weights packed (src/engine/stage_loader.h
+# prepack_blocked). Such a block passes its result on in the blocked layout unless a
+# layer that needs a plain tensor follows it (`plain_out`); anything else that may
+# receive one calls plain_layout first.
+def plain_layout(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 5:
+        return torch.ops.sd_blocked.to_plain(x)
+    return x
 
 
 # The norms compute in fp32 whatever the input dtype (half or bf16 compute on a

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import DEFAULT_ATTENTION_CHUNK, DEFAULT_ATTENTION_MODE, Conv2d, GroupNorm, LayerNorm, Linear, _cast
+from .layers import (DEFAULT_ATTENTION_CHUNK, DEFAULT_ATTENTION_MODE, Conv2d, GroupNorm, LayerNorm, Linear, _cast,
+                     plain_layout)
 
 
 class GroupNorm32(nn.GroupNorm):
@@ -55,7 +56,10 @@ class TimestepEmbedSequential(nn.Sequential):
 
 
 class ResBlock(nn.Module):
-    def __init__(self, channels: int, emb_channels: int, out_channels: int):
+    """plain_out: a layer that needs a plain tensor (a transformer) follows, so the
+    blocked route gives its result plain (layers.py plain_layout)."""
+
+    def __init__(self, channels: int, emb_channels: int, out_channels: int, plain_out: bool = False):
         super().__init__()
         # nn.Identity stands where the reference has Dropout, keeping the checkpoint's indices.
         self.in_layers = nn.Sequential(unet_norm(channels), nn.SiLU(), Conv2d(channels, out_channels, 3, padding=1))
@@ -66,8 +70,29 @@ class ResBlock(nn.Module):
             self.skip_connection = nn.Identity()
         else:
             self.skip_connection = Conv2d(channels, out_channels, 1)
+        self.channels = channels
+        self.out_channels = out_channels
+        self.blocked: int = 0  # layers.py: the blocked route, set from C++
+        self.plain_out = plain_out
+
+    def _blocked_forward(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        skip_w: Optional[torch.Tensor] = None
+        skip_b: Optional[torch.Tensor] = None
+        if hasattr(self.skip_connection, "weight"):
+            skip_w = self.skip_connection.weight
+            skip_b = self.skip_connection.bias
+        norm1 = self.in_layers[0]
+        norm2 = self.out_layers[0]
+        return torch.ops.sd_blocked.resblock(
+            x, self.emb_layers(emb), norm1.weight, norm1.bias, norm1.eps, self.in_layers[2].weight,
+            self.in_layers[2].bias, norm2.weight, norm2.bias, norm2.eps, self.out_layers[3].weight,
+            self.out_layers[3].bias, skip_w, skip_b, norm1.num_groups, self.channels, self.out_channels, self.blocked,
+            self.plain_out)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        if self.blocked > 0:
+            return self._blocked_forward(x, emb)
+        x = plain_layout(x)
         h = self.in_layers(x)
         emb_out = self.emb_layers(emb).to(h.dtype)
         h = h + emb_out[:, :, None, None]
@@ -79,18 +104,28 @@ class Downsample(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.op = Conv2d(channels, channels, 3, stride=2, padding=1)
+        self.channels = channels
+        self.blocked: int = 0  # layers.py: the blocked route, set from C++
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        return self.op(x)
+        if self.blocked > 0:
+            return torch.ops.sd_blocked.downsample(x, self.op.weight, self.op.bias, self.channels, 1, 1, self.blocked,
+                                                   False)
+        return self.op(plain_layout(x))
 
 
 class Upsample(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.conv = Conv2d(channels, channels, 3, padding=1)
+        self.channels = channels
+        self.blocked: int = 0  # layers.py: the blocked route, set from C++
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        if self.blocked > 0:
+            return torch.ops.sd_blocked.upsample(x, self.conv.weight, self.conv.bias, self.channels, self.blocked,
+                                                 False)
+        return self.conv(F.interpolate(plain_layout(x), scale_factor=2.0, mode="nearest"))
 
 
 class CrossAttention(nn.Module):
@@ -278,7 +313,7 @@ class UNetModel(nn.Module):
         ds = 1
         for level, mult in enumerate(channel_mult):
             for _ in range(num_res_blocks):
-                layers: List[nn.Module] = [ResBlock(ch, emb_dim, mult * model_channels)]
+                layers: List[nn.Module] = [ResBlock(ch, emb_dim, mult * model_channels, ds in attention_resolutions)]
                 ch = mult * model_channels
                 if ds in attention_resolutions:
                     layers.append(transformer(ch, depths[level]))
@@ -290,13 +325,13 @@ class UNetModel(nn.Module):
                 ds *= 2
 
         self.middle_block = TimestepEmbedSequential(
-            ResBlock(ch, emb_dim, ch), transformer(ch, depths[-1]), ResBlock(ch, emb_dim, ch))
+            ResBlock(ch, emb_dim, ch, True), transformer(ch, depths[-1]), ResBlock(ch, emb_dim, ch))
 
         self.output_blocks = nn.ModuleList([])
         for level, mult in list(enumerate(channel_mult))[::-1]:
             for i in range(num_res_blocks + 1):
                 skip = skip_channels.pop()
-                layers = [ResBlock(ch + skip, emb_dim, model_channels * mult)]
+                layers = [ResBlock(ch + skip, emb_dim, model_channels * mult, ds in attention_resolutions)]
                 ch = model_channels * mult
                 if ds in attention_resolutions:
                     layers.append(transformer(ch, depths[level]))
@@ -323,6 +358,10 @@ class UNetModel(nn.Module):
             hs.append(h)
         h = self.middle_block(h, emb, context)
         for block in self.output_blocks:
-            h = torch.cat([h, hs.pop()], dim=1)
+            skip = hs.pop()
+            if h.dim() != skip.dim():  # one blocked, one plain (layers.py plain_layout)
+                h = plain_layout(h)
+                skip = plain_layout(skip)
+            h = torch.cat([h, skip], dim=1)
             h = block(h, emb, context)
-        return self.out(h.to(x.dtype))
+        return self.out(plain_layout(h).to(x.dtype))

@@ -10,13 +10,13 @@ takes the same ``attention_mode`` / ``attention_chunk`` settings (and ``sd::atte
 as the decoder's.
 """
 
-from typing import List
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import DEFAULT_ATTENTION_CHUNK, DEFAULT_ATTENTION_MODE, Conv2d, GroupNorm
+from .layers import DEFAULT_ATTENTION_CHUNK, DEFAULT_ATTENTION_MODE, Conv2d, GroupNorm, plain_layout
 
 
 def vae_norm(channels: int) -> GroupNorm:
@@ -29,7 +29,10 @@ def swish(x: torch.Tensor) -> torch.Tensor:
 
 
 class ResnetBlock(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int):
+    """plain_out: attention follows, so the blocked route gives its result plain
+    (layers.py plain_layout)."""
+
+    def __init__(self, in_channels: int, out_channels: int, plain_out: bool = False):
         super().__init__()
         self.norm1 = vae_norm(in_channels)
         self.conv1 = Conv2d(in_channels, out_channels, 3, padding=1)
@@ -39,8 +42,26 @@ class ResnetBlock(nn.Module):
             self.nin_shortcut = Conv2d(in_channels, out_channels, 1)
         else:
             self.nin_shortcut = nn.Identity()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.blocked: int = 0  # layers.py: the blocked route, set from C++
+        self.plain_out = plain_out
+
+    def _blocked_forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip_w: Optional[torch.Tensor] = None
+        skip_b: Optional[torch.Tensor] = None
+        if hasattr(self.nin_shortcut, "weight"):
+            skip_w = self.nin_shortcut.weight
+            skip_b = self.nin_shortcut.bias
+        return torch.ops.sd_blocked.resblock(
+            x, None, self.norm1.weight, self.norm1.bias, self.norm1.eps, self.conv1.weight, self.conv1.bias,
+            self.norm2.weight, self.norm2.bias, self.norm2.eps, self.conv2.weight, self.conv2.bias, skip_w, skip_b,
+            self.norm1.num_groups, self.in_channels, self.out_channels, self.blocked, self.plain_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blocked > 0:
+            return self._blocked_forward(x)
+        x = plain_layout(x)
         h = self.conv1(swish(self.norm1(x)))
         h = self.conv2(swish(self.norm2(h)))
         return self.nin_shortcut(x) + h
@@ -93,15 +114,20 @@ class VAEUpsample(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.conv = Conv2d(channels, channels, 3, padding=1)
+        self.channels = channels
+        self.blocked: int = 0  # layers.py: the blocked route, set from C++
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        if self.blocked > 0:
+            return torch.ops.sd_blocked.upsample(x, self.conv.weight, self.conv.bias, self.channels, self.blocked,
+                                                 False)
+        return self.conv(F.interpolate(plain_layout(x), scale_factor=2.0, mode="nearest"))
 
 
 class DecoderMid(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
-        self.block_1 = ResnetBlock(channels, channels)
+        self.block_1 = ResnetBlock(channels, channels, True)  # attention follows: plain out
         self.attn_1 = AttnBlock(channels)
         self.block_2 = ResnetBlock(channels, channels)
 
@@ -118,7 +144,7 @@ class VAELevel(nn.Module):
         self.block = nn.ModuleList()
         self.attn = nn.ModuleList()
         for _ in range(num_blocks):
-            self.block.append(ResnetBlock(in_channels, out_channels))
+            self.block.append(ResnetBlock(in_channels, out_channels, with_attn))
             in_channels = out_channels
             if with_attn:
                 self.attn.append(AttnBlock(out_channels))
@@ -177,7 +203,7 @@ class Decoder(nn.Module):
         # with an explicit .forward call.)
         for level in self.up[::-1]:
             h = level.forward(h)
-        return self.conv_out(swish(self.norm_out(h)))
+        return self.conv_out(swish(self.norm_out(plain_layout(h))))
 
 
 class VAEDecoder(nn.Module):
@@ -202,9 +228,14 @@ class VAEDownsample(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.conv = Conv2d(channels, channels, 3, stride=2, padding=0)
+        self.channels = channels
+        self.blocked: int = 0  # layers.py: the blocked route, set from C++
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.pad(x, [0, 1, 0, 1], mode="constant", value=0.0))
+        if self.blocked > 0:
+            return torch.ops.sd_blocked.downsample(x, self.conv.weight, self.conv.bias, self.channels, 0, 1,
+                                                   self.blocked, False)
+        return self.conv(F.pad(plain_layout(x), [0, 1, 0, 1], mode="constant", value=0.0))
 
 
 class EncoderLevel(VAELevel):
@@ -244,7 +275,7 @@ class Encoder(nn.Module):
         h = self.conv_in(x)
         for level in self.down:
             h = level(h)
-        return self.conv_out(swish(self.norm_out(self.mid(h))))
+        return self.conv_out(swish(self.norm_out(plain_layout(self.mid(h)))))
 
 
 class VAEEncoder(nn.Module):

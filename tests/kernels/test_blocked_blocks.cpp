@@ -1,0 +1,204 @@
+// The ResNet blocks on blocked activations (src/engine/blocked_operators.h)
+// against the same blocks computed with LibTorch's plain operations, for every
+// block size this CPU runs (16: AVX-512, 8: AVX2): the UNet's ResBlock with and
+// without a channel change (its 1x1 skip convolution), the VAE's ResnetBlock (no
+// time embedding), Upsample, the UNet's and the VAE's Downsample; channel counts
+// that are not a multiple of the block and odd image sizes included.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/script.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/blocked_operators.h"
+#include "kernels/blocked_kernel.h"
+
+namespace {
+
+std::vector<int64_t> blocks_here() {
+    std::vector<int64_t> out;
+    if (sd::kernels::blocked_kernel_named("avx512")) out.push_back(16);
+    if (sd::kernels::blocked_kernel_named("avx2")) out.push_back(8);
+    return out;
+}
+
+at::Tensor swish(const at::Tensor& x) { return x * at::sigmoid(x); }
+
+struct Block {
+    int64_t in, out, groups;
+    double eps;
+    bool emb;
+    at::Tensor n1w, n1b, c1w, c1b, n2w, n2b, c2w, c2b, sw, sb;
+};
+
+Block make_block(int64_t in, int64_t out, int64_t groups, double eps, bool emb) {
+    Block b{in, out, groups, eps, emb};
+    b.n1w = 1.0 + 0.2 * at::randn({in});
+    b.n1b = 0.2 * at::randn({in});
+    b.c1w = at::randn({out, in, 3, 3}) / std::sqrt(9.0 * in);
+    b.c1b = 0.1 * at::randn({out});
+    b.n2w = 1.0 + 0.2 * at::randn({out});
+    b.n2b = 0.2 * at::randn({out});
+    b.c2w = at::randn({out, out, 3, 3}) / std::sqrt(9.0 * out);
+    b.c2b = 0.1 * at::randn({out});
+    if (in != out) {
+        b.sw = at::randn({out, in, 1, 1}) / std::sqrt(1.0 * in);
+        b.sb = 0.1 * at::randn({out});
+    }
+    return b;
+}
+
+at::Tensor reference_resblock(const Block& b, const at::Tensor& x, const at::Tensor& emb_out) {
+    auto h = at::conv2d(swish(at::group_norm(x, b.groups, b.n1w, b.n1b, b.eps)), b.c1w, b.c1b, at::IntArrayRef{1},
+                        at::IntArrayRef{1});
+    if (emb_out.defined()) h = h + emb_out.unsqueeze(2).unsqueeze(3);
+    h = at::conv2d(swish(at::group_norm(h, b.groups, b.n2w, b.n2b, b.eps)), b.c2w, b.c2b, at::IntArrayRef{1},
+                   at::IntArrayRef{1});
+    const auto skip = b.sw.defined() ? at::conv2d(x, b.sw, b.sb) : x;
+    return skip + h;
+}
+
+at::Tensor blocked_resblock(const Block& b, const at::Tensor& x, const at::Tensor& emb_out, int64_t block, bool packed,
+                            bool plain_out) {
+    auto w = [&](const at::Tensor& t) { return packed && t.defined() ? sd::pack_conv_weight(t, block) : t; };
+    c10::optional<at::Tensor> emb = emb_out.defined() ? c10::optional<at::Tensor>(emb_out) : c10::nullopt;
+    c10::optional<at::Tensor> sw = b.sw.defined() ? c10::optional<at::Tensor>(w(b.sw)) : c10::nullopt;
+    c10::optional<at::Tensor> sb = b.sb.defined() ? c10::optional<at::Tensor>(b.sb) : c10::nullopt;
+    return sd::blocked_resblock(x, emb, b.n1w, b.n1b, b.eps, w(b.c1w), b.c1b, b.n2w, b.n2b, b.eps, w(b.c2w), b.c2b, sw,
+                                sb, b.groups, b.in, b.out, block, plain_out);
+}
+
+// Largest difference relative to the reference's largest magnitude (at least 1).
+double rel_diff(const at::Tensor& got, const at::Tensor& want) {
+    EXPECT_EQ(got.sizes(), want.sizes());
+    if (got.sizes() != want.sizes()) return 1e30;
+    const double scale = std::max(1.0, want.abs().max().item<double>());
+    return (got - want).abs().max().item<double>() / scale;
+}
+
+constexpr double kTolerance = 2e-5;
+
+struct ResCase {
+    int64_t in, out, groups, h, w, n;
+    bool emb;
+    double eps;
+};
+
+}  // namespace
+
+TEST(BlockedBlocks, SomeBlockSizeRunsOnThisCpu) {
+    // Every x86-64 CPU these machines have had runs AVX2 at least.
+#if defined(__x86_64__)
+    EXPECT_FALSE(blocks_here().empty());
+    EXPECT_NE(sd::blocked_route_block(), 0);
+#endif
+}
+
+TEST(BlockedBlocks, LayoutRoundTripPadsWithZeros) {
+    at::manual_seed(1);
+    for (int64_t block : blocks_here()) {
+        for (int64_t c : {4, 16, 20, 36}) {
+            const auto x = at::randn({2, c, 7, 5});
+            const auto b = sd::plain_to_blocked(x, block);
+            ASSERT_EQ(b.dim(), 5);
+            EXPECT_EQ(b.size(1), (c + block - 1) / block);
+            // Channel k of the plain tensor is lane k % block of group k / block.
+            EXPECT_TRUE(at::equal(b.select(1, 0).select(3, 1), x.select(1, 1))) << c;
+            const int64_t padded = b.size(1) * block;
+            const auto back = sd::blocked_to_plain(b);
+            EXPECT_EQ(back.size(1), padded);
+            EXPECT_TRUE(at::equal(back.narrow(1, 0, c), x)) << "block " << block << " C " << c;
+            if (padded > c) EXPECT_EQ(back.narrow(1, c, padded - c).abs().max().item<float>(), 0.0f);
+        }
+    }
+}
+
+TEST(BlockedBlocks, ResBlocksMatchThePlainOperations) {
+    at::manual_seed(2);
+    c10::InferenceMode guard;
+    const std::vector<ResCase> cases = {
+        {32, 32, 32, 8, 8, 2, true, 1e-5},    // UNet ResBlock, same channels: x is the skip
+        {32, 64, 32, 7, 7, 2, true, 1e-5},    // UNet ResBlock with a channel change: 1x1 skip conv
+        {64, 32, 32, 9, 5, 1, true, 1e-5},    // fewer channels out (the UNet's decoder side)
+        {64, 64, 32, 7, 7, 1, false, 1e-6},   // VAE ResnetBlock
+        {64, 128, 32, 6, 6, 1, false, 1e-6},  // VAE ResnetBlock with nin_shortcut
+        {4, 4, 2, 7, 7, 2, true, 1e-5},       // fewer channels than one block
+        {20, 36, 4, 7, 7, 2, true, 1e-5},     // groups across block boundaries, padding both sides
+        {36, 20, 4, 5, 9, 1, false, 1e-6},   {16, 16, 8, 1, 1, 3, true, 1e-5},  // one pixel
+    };
+    for (int64_t block : blocks_here()) {
+        for (const auto& c : cases) {
+            const std::string where = "block " + std::to_string(block) + " C " + std::to_string(c.in) + "->" +
+                                      std::to_string(c.out) + " " + std::to_string(c.h) + "x" + std::to_string(c.w);
+            const auto b = make_block(c.in, c.out, c.groups, c.eps, c.emb);
+            const auto x = at::randn({c.n, c.in, c.h, c.w}) * 2.0 + 0.5;
+            const auto emb = c.emb ? at::randn({c.n, c.out}) : at::Tensor();
+            const auto want = reference_resblock(b, x, emb);
+            // Plain in, plain out, weights packed at run time and packed beforehand.
+            EXPECT_LE(rel_diff(blocked_resblock(b, x, emb, block, false, true), want), kTolerance) << where;
+            EXPECT_LE(rel_diff(blocked_resblock(b, x, emb, block, true, true), want), kTolerance) << where;
+            // Blocked out where the channels allow it (a padded result comes back plain).
+            const auto y = blocked_resblock(b, x, emb, block, true, false);
+            EXPECT_EQ(y.dim(), c.out % block == 0 ? 5 : 4) << where;
+            EXPECT_LE(rel_diff(sd::blocked_to_plain(y).narrow(1, 0, c.out), want), kTolerance) << where;
+            // Blocked in.
+            if (c.in % block == 0) {
+                const auto xb = sd::plain_to_blocked(x, block);
+                EXPECT_LE(rel_diff(blocked_resblock(b, xb, emb, block, true, true), want), kTolerance) << where;
+            }
+        }
+    }
+}
+
+TEST(BlockedBlocks, UpsampleAndDownsampleMatchThePlainOperations) {
+    at::manual_seed(3);
+    c10::InferenceMode guard;
+    for (int64_t block : blocks_here()) {
+        for (int64_t c : {4, 20, 32, 36}) {
+            for (int64_t size : {1, 7, 8}) {
+                const std::string where =
+                    "block " + std::to_string(block) + " C " + std::to_string(c) + " size " + std::to_string(size);
+                const auto x = at::randn({2, c, size, size + 2});
+                const auto w = at::randn({c, c, 3, 3}) / std::sqrt(9.0 * c);
+                const auto b = 0.1 * at::randn({c});
+                const auto packed = sd::pack_conv_weight(w, block);
+                const auto xin = c % block == 0 ? sd::plain_to_blocked(x, block) : x;
+
+                const auto up_want = at::conv2d(at::upsample_nearest2d(x, {2 * size, 2 * (size + 2)}), w, b,
+                                                at::IntArrayRef{1}, at::IntArrayRef{1});
+                EXPECT_LE(rel_diff(sd::blocked_upsample(x, packed, b, c, block, true), up_want), kTolerance) << where;
+                const auto up = sd::blocked_upsample(xin, w, b, c, block, false);
+                EXPECT_LE(rel_diff(sd::blocked_to_plain(up).narrow(1, 0, c), up_want), kTolerance) << where;
+
+                // The UNet's: padding 1 all round; the VAE encoder's: one row and column below and right.
+                const auto down_want = at::conv2d(x, w, b, at::IntArrayRef{2}, at::IntArrayRef{1});
+                EXPECT_LE(rel_diff(sd::blocked_downsample(xin, packed, b, c, 1, 1, block, true), down_want), kTolerance)
+                    << where;
+                if (size > 1) {
+                    const auto vae_want =
+                        at::conv2d(at::constant_pad_nd(x, {0, 1, 0, 1}), w, b, at::IntArrayRef{2}, at::IntArrayRef{0});
+                    EXPECT_LE(rel_diff(sd::blocked_downsample(x, packed, b, c, 0, 1, block, true), vae_want),
+                              kTolerance)
+                        << where;
+                }
+            }
+        }
+    }
+}
+
+TEST(BlockedBlocks, BadInputsAreRefusedNotMisread) {
+    for (int64_t block : blocks_here()) {
+        const auto x = at::randn({1, 32, 4, 4});
+        const auto w = at::randn({32, 32, 3, 3});
+        EXPECT_THROW(sd::blocked_upsample(x, w, c10::nullopt, 16 + 32, block, true), c10::Error);  // channels
+        EXPECT_THROW(sd::blocked_upsample(x, at::randn({7}), c10::nullopt, 32, block, true),
+                     c10::Error);  // packed size
+        EXPECT_THROW(sd::blocked_upsample(x.to(at::kDouble), w, c10::nullopt, 32, block, true), c10::Error);
+        const auto other = block == 16 ? 8 : 16;
+        EXPECT_THROW(sd::blocked_upsample(sd::plain_to_blocked(x, block), w, c10::nullopt, 32, other, true),
+                     c10::Error);
+    }
+    EXPECT_THROW(sd::plain_to_blocked(at::randn({1, 4, 4, 4}), 5), c10::Error);
+}
