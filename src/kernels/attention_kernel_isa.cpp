@@ -2,7 +2,7 @@
 // CMake compiles this file several times with SD_ISA set to the namespace and
 // SD_VEC to the vector width in floats, and with the matching -m flags; GCC's
 // vector extensions then map each `Vec` operation onto that width. The build
-// with -mavx512bf16 also has products on bf16 pairs for bf16 problems (below).
+// with -mamx-bf16 runs bf16 problems' products on AMX tiles (below).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,7 +13,7 @@
 #include "kernels/attention_tiles.h"
 #include "kernels/bf16.h"
 
-#if defined(__AVX512BF16__)
+#if defined(__AMX_BF16__)
 #include <immintrin.h>
 #endif
 
@@ -143,35 +143,41 @@ inline void read_row(float* dst, const float* f32, const uint16_t* bf16, int64_t
 }
 
 
-#if defined(__AVX512BF16__)
-// bf16 problems on a CPU with avx512_bf16: vdpbf16ps adds the products of two
-// bf16 pairs into each fp32 lane, twice the products of an fp32 FMA. Both
-// products are reduced over pairs, so the packs interleave them: kᵀ as panels
-// of 16 keys holding each key's channel pair side by side, v as key pairs
-// holding 16 channels each. Scores, the online softmax and the sums stay fp32;
-// the probabilities are rounded to bf16 for their product with v (as flash
-// attention does on GPUs).
+#if defined(__AMX_BF16__)
+// bf16 problems on a CPU with AMX: both products on the tile unit, 16x16 fp32
+// results from 16x32 bf16 rows times 32x16 bf16 columns, the columns held as
+// pairs of the reduced dimension side by side. So kᵀ is packed as panels of 16
+// keys holding each key's channel pair side by side (channels padded to 32), v
+// as key pairs holding 16 channels each. Scores, the online softmax and the
+// sums stay fp32; the probabilities are rounded to bf16 for their product with
+// v (as flash attention does on GPUs).
 constexpr int64_t kLanes = 16;
-constexpr int kScoreRows = 8;  // 16 accumulators of 32 registers
+constexpr int64_t kTileRows = 16;
 
-inline __m512bh bh_load(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
-inline __m512bh bh_pair(const uint16_t* p) {
-    uint32_t pair;
-    std::memcpy(&pair, p, 4);
-    return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
-}
-
-// Offsets in one (batch, head)'s pack: kᵀ panel of keys [16 pn, 16 pn + 16),
-// then v's key pair jp (each of `vecs` blocks of 16 channels).
-inline int64_t bf16_pairs(int64_t d) { return (d + 1) / 2; }
+inline int64_t k_pairs(int64_t d) { return (d + 31) / 32 * 16; }  // channel pairs, padded to whole tiles
+// Offsets in one (batch, head)'s pack, in bf16 values: kᵀ's panel of keys
+// [16 pn, 16 pn + 16), then v's key pair jp (each `vecs` blocks of 16 channels).
 inline int64_t k_panel(int64_t pn, int64_t d2) { return pn * d2 * 2 * kLanes; }
 inline int64_t v_pair(int64_t jp, int64_t vecs) { return jp * vecs * 2 * kLanes; }
 
+struct TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Tiles 0-3 accumulate, 4 holds the left operand, 5 the right one; every tile is 16 rows of 64 bytes.
+void configure_tiles() {
+    TileConfig cfg;
+    for (int t = 0; t < 6; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kTileRows;
+    _tile_loadconfig(&cfg);
+}
+
 void pack_bf16(const AttentionProblem& p, int64_t bh) {
-    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), d2 = bf16_pairs(p.d), vecs = dp / kLanes;
+    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), d2 = k_pairs(p.d), vecs = dp / kLanes;
     const int64_t b = bh / p.heads, h = bh % p.heads;
     uint16_t* kt = reinterpret_cast<uint16_t*>(p.packed + bh * packed_head_floats(p));
-    uint16_t* vp = kt + m_pad * d2 * 2;  // fits: m_pad (2 d2 + dp) halves <= 2 m_pad (d + dp)
+    uint16_t* vp = kt + m_pad * d2 * 2;  // fits: m_pad (2 d2 + dp) halves <= 2 m_pad (d + dp) (attention_kernel.cpp)
     std::fill(kt, vp + m_pad * dp, uint16_t{0});
     for (int64_t j = 0; j < p.m; ++j) {
         const uint16_t* kr = p.k_bf16 + b * p.k_batch + j * p.k_row + h * p.d;
@@ -183,81 +189,87 @@ void pack_bf16(const AttentionProblem& p, int64_t bh) {
     }
 }
 
-// S[r][0..32) = scale * q_r · k_j for R rows and the two key panels at kt.
-template <int R>
-inline void score_block_bf16(const uint16_t* q, int64_t d2, const uint16_t* kt, float scale, float* s, int64_t s_row) {
-    __m512 acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    const uint16_t* kt1 = kt + d2 * 2 * kLanes;
-    for (int64_t cp = 0; cp < d2; ++cp) {
-        const __m512bh k0 = bh_load(kt + cp * 2 * kLanes), k1 = bh_load(kt1 + cp * 2 * kLanes);
-        for (int r = 0; r < R; ++r) {
-            const __m512bh qp = bh_pair(q + r * 2 * d2 + 2 * cp);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qp, k0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qp, k1);
+// Scores of 16 query rows (q: bf16, row length 2 d2) against N panels of 16
+// keys from `kt`, unscaled, into s (fp32 rows of s_row floats).
+template <int N>
+inline void score_tiles(const uint16_t* q, int64_t d2, const uint16_t* kt, float* s, int64_t s_row) {
+    _tile_zero(0);
+    if (N > 1) _tile_zero(1);
+    if (N > 2) _tile_zero(2);
+    if (N > 3) _tile_zero(3);
+    const int64_t panel = d2 * 2 * kLanes;
+    for (int64_t kc = 0; kc < d2; kc += kTileRows) {  // 32 channels a step
+        _tile_loadd(4, q + 2 * kc, 4 * d2);
+        _tile_loadd(5, kt + kc * 2 * kLanes, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        if (N > 1) {
+            _tile_loadd(5, kt + panel + kc * 2 * kLanes, 64);
+            _tile_dpbf16ps(1, 4, 5);
+        }
+        if (N > 2) {
+            _tile_loadd(5, kt + 2 * panel + kc * 2 * kLanes, 64);
+            _tile_dpbf16ps(2, 4, 5);
+        }
+        if (N > 3) {
+            _tile_loadd(5, kt + 3 * panel + kc * 2 * kLanes, 64);
+            _tile_dpbf16ps(3, 4, 5);
         }
     }
-    const __m512 sc = _mm512_set1_ps(scale);
-    for (int r = 0; r < R; ++r) {
-        _mm512_storeu_ps(s + r * s_row, _mm512_mul_ps(acc[r][0], sc));
-        _mm512_storeu_ps(s + r * s_row + kLanes, _mm512_mul_ps(acc[r][1], sc));
-    }
+    _tile_stored(0, s, s_row * 4);
+    if (N > 1) _tile_stored(1, s + kLanes, s_row * 4);
+    if (N > 2) _tile_stored(2, s + 2 * kLanes, s_row * 4);
+    if (N > 3) _tile_stored(3, s + 3 * kLanes, s_row * 4);
 }
 
-// O[r][16 NV channels] += sum over key pairs of P[r][pair] · v[pair] (P in bf16).
-template <int R, int NV>
-inline void value_block_bf16(const uint16_t* pb, int64_t p_row, const uint16_t* vp, int64_t vecs, int64_t pairs,
-                             float* o, int64_t dp) {
-    __m512 acc[R][NV];
-    for (int r = 0; r < R; ++r)
-        for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_loadu_ps(o + r * dp + i * kLanes);
-    for (int64_t jp = 0; jp < pairs; ++jp) {
-        __m512bh vv[NV];
-        for (int i = 0; i < NV; ++i) vv[i] = bh_load(vp + v_pair(jp, vecs) + i * 2 * kLanes);
-        for (int r = 0; r < R; ++r) {
-            const __m512bh pr = bh_pair(pb + r * p_row + 2 * jp);
-            for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_dpbf16_ps(acc[r][i], pr, vv[i]);
+// O[16 rows][N blocks of 16 channels] += P (bf16, 16 rows of p_row) · v over
+// `keys` keys (a multiple of 32) from key pair 0 of `vp`.
+template <int N>
+inline void value_tiles(const uint16_t* pb, int64_t p_row, const uint16_t* vp, int64_t vecs, int64_t keys, float* o,
+                        int64_t dp) {
+    _tile_loadd(0, o, dp * 4);
+    if (N > 1) _tile_loadd(1, o + kLanes, dp * 4);
+    if (N > 2) _tile_loadd(2, o + 2 * kLanes, dp * 4);
+    if (N > 3) _tile_loadd(3, o + 3 * kLanes, dp * 4);
+    const int64_t stride = vecs * 2 * kLanes * 2;  // bytes from one key pair to the next
+    for (int64_t j = 0; j < keys; j += 2 * kTileRows) {
+        _tile_loadd(4, pb + j, p_row * 2);
+        const uint16_t* v = vp + v_pair(j / 2, vecs);
+        _tile_loadd(5, v, stride);
+        _tile_dpbf16ps(0, 4, 5);
+        if (N > 1) {
+            _tile_loadd(5, v + 2 * kLanes, stride);
+            _tile_dpbf16ps(1, 4, 5);
+        }
+        if (N > 2) {
+            _tile_loadd(5, v + 4 * kLanes, stride);
+            _tile_dpbf16ps(2, 4, 5);
+        }
+        if (N > 3) {
+            _tile_loadd(5, v + 6 * kLanes, stride);
+            _tile_dpbf16ps(3, 4, 5);
         }
     }
-    for (int r = 0; r < R; ++r)
-        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(o + r * dp + i * kLanes, acc[r][i]);
-}
-
-template <int R>
-void values_bf16(const uint16_t* pb, int64_t p_row, const uint16_t* vp, int64_t vecs, int64_t pairs, float* o,
-                 int64_t dp) {
-    int64_t i = 0;
-    for (; i + kValueVecs <= vecs; i += kValueVecs)
-        value_block_bf16<R, kValueVecs>(pb, p_row, vp + i * 2 * kLanes, vecs, pairs, o + i * kLanes, dp);
-    switch (vecs - i) {
-        case 3:
-            value_block_bf16<R, 3>(pb, p_row, vp + i * 2 * kLanes, vecs, pairs, o + i * kLanes, dp);
-            break;
-        case 2:
-            value_block_bf16<R, 2>(pb, p_row, vp + i * 2 * kLanes, vecs, pairs, o + i * kLanes, dp);
-            break;
-        case 1:
-            value_block_bf16<R, 1>(pb, p_row, vp + i * 2 * kLanes, vecs, pairs, o + i * kLanes, dp);
-            break;
-        default:
-            break;
-    }
+    _tile_stored(0, o, dp * 4);
+    if (N > 1) _tile_stored(1, o + kLanes, dp * 4);
+    if (N > 2) _tile_stored(2, o + 2 * kLanes, dp * 4);
+    if (N > 3) _tile_stored(3, o + 3 * kLanes, dp * 4);
 }
 
 void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
-    const int64_t d2 = bf16_pairs(p.d), vecs = dp / kLanes;
+    const int64_t d2 = k_pairs(p.d), vecs = dp / kLanes;
     const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;
-    const int64_t key_tile = std::min(kKeyTile, m_pad);
+    const int64_t key_tile = std::min(kKeyTile, m_pad);  // a multiple of 32
     std::vector<uint16_t> qt(kQueryTile * 2 * d2), pb(kQueryTile * key_tile);
     std::vector<float> s(kQueryTile * key_tile), o(kQueryTile * dp);
     std::vector<float> row_max(kQueryTile), row_sum(kQueryTile);
     const float neg_inf = -std::numeric_limits<float>::infinity();
+    configure_tiles();
     for (int64_t task = begin; task < end; ++task) {
         const int64_t bh = task / tiles, b = bh / p.heads, h = bh % p.heads;
         const int64_t row0 = (task % tiles) * kQueryTile;
         const int64_t rows = std::min(kQueryTile, p.n - row0);
-        const int64_t rows_pad = (rows + kScoreRows - 1) / kScoreRows * kScoreRows;
+        const int64_t rows_pad = (rows + kTileRows - 1) / kTileRows * kTileRows;
         const uint16_t* kt = reinterpret_cast<const uint16_t*>(p.packed + bh * per_head);
         const uint16_t* vp = kt + m_pad * d2 * 2;
         std::fill(qt.begin(), qt.end(), uint16_t{0});
@@ -270,15 +282,25 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
         for (int64_t j0 = 0; j0 < m_pad; j0 += key_tile) {
             const int64_t keys = std::min(key_tile, m_pad - j0);  // a multiple of 32
             const int64_t valid = std::min(keys, p.m - j0);
-            for (int64_t r = 0; r < rows_pad; r += kScoreRows)
-                for (int64_t j = 0; j < keys; j += 2 * kLanes)
-                    score_block_bf16<kScoreRows>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), p.scale,
-                                                 &s[r * key_tile + j], key_tile);
+            for (int64_t r = 0; r < rows_pad; r += kTileRows) {
+                int64_t j = 0;
+                for (; j + 4 * kLanes <= keys; j += 4 * kLanes)
+                    score_tiles<4>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[r * key_tile + j],
+                                   key_tile);
+                if (j < keys)  // 32 keys left
+                    score_tiles<2>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[r * key_tile + j],
+                                   key_tile);
+            }
+            const Vec scale = splat(p.scale);
             for (int64_t r = 0; r < rows_pad; ++r) {
                 float* sr = &s[r * key_tile];
                 std::fill(sr + valid, sr + keys, neg_inf);  // padding keys take no weight
                 Vec mv = splat(neg_inf);
-                for (int64_t j = 0; j < keys; j += W) mv = vmax(mv, load(sr + j));
+                for (int64_t j = 0; j < keys; j += W) {
+                    const Vec x = load(sr + j) * scale;
+                    store(sr + j, x);
+                    mv = vmax(mv, x);
+                }
                 const float new_max = std::max(row_max[r], hmax(mv));
                 const float alpha = row_max[r] == neg_inf ? 0.0f : std::exp(row_max[r] - new_max);
                 row_max[r] = new_max;
@@ -288,7 +310,7 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
                 for (int64_t j = 0; j < keys; j += W) {
                     const Vec e = exp_nonpositive(load(sr + j) - mx);
                     sum += e;
-                    const __m256i narrow = (__m256i)_mm512_cvtneps_pbh(reinterpret_cast<const __m512&>(e));
+                    const __m256i narrow = (__m256i)_mm512_cvtneps_pbh((__m512)e);
                     _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + j), narrow);
                 }
                 std::fill(pr + valid, pr + keys, uint16_t{0});
@@ -296,9 +318,29 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
                 if (alpha != 1.0f)
                     for (int64_t c = 0; c < dp; ++c) o[r * dp + c] *= alpha;
             }
-            for (int64_t r = 0; r < rows_pad; r += kRows)
-                values_bf16<kRows>(&pb[r * key_tile], key_tile, vp + v_pair(j0 / 2, vecs), vecs, (valid + 1) / 2,
-                                   &o[r * dp], dp);
+            const uint16_t* vt = vp + v_pair(j0 / 2, vecs);
+            for (int64_t r = 0; r < rows_pad; r += kTileRows) {
+                int64_t i = 0;
+                for (; i + 4 <= vecs; i += 4)
+                    value_tiles<4>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys, &o[r * dp + i * kLanes],
+                                   dp);
+                switch (vecs - i) {
+                    case 3:
+                        value_tiles<3>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
+                                       &o[r * dp + i * kLanes], dp);
+                        break;
+                    case 2:
+                        value_tiles<2>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
+                                       &o[r * dp + i * kLanes], dp);
+                        break;
+                    case 1:
+                        value_tiles<1>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
+                                       &o[r * dp + i * kLanes], dp);
+                        break;
+                    default:
+                        break;
+                }
+            }
         }
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t oo = b * p.o_batch + (row0 + r) * p.o_row + h * p.d;
@@ -306,13 +348,14 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
             for (int64_t c = 0; c < p.d; ++c) p.out_bf16[oo + c] = float_to_bf16(o[r * dp + c] * inv);
         }
     }
+    _tile_release();
 }
 #endif
 
 }  // namespace
 
 void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
-#if defined(__AVX512BF16__)
+#if defined(__AMX_BF16__)
     if (p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16) {
         for (int64_t bh = begin; bh < end; ++bh) pack_bf16(p, bh);
         return;
@@ -340,7 +383,7 @@ void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
 }
 
 void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
-#if defined(__AVX512BF16__)
+#if defined(__AMX_BF16__)
     if (p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16) return attend_bf16(p, begin, end);
 #endif
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
