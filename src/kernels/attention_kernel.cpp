@@ -70,7 +70,7 @@ bool cpu_runs(int i) {
     if (i == kAmxKernel) return cpu_runs(0) && amx_usable();
     return true;
 #else
-    return i >= 0;  // all three are the portable build
+    return i >= 0;  // all four are the portable build
 #endif
 }
 
