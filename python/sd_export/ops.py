@@ -11,7 +11,7 @@ C++ kernel instead: the benchmark's profile does that.
 ``sd::linear(x, w, b)``: F.linear, which the C++ program computes with oneDNN
 (LibTorch 1.13 sends Linear to OpenBLAS, 3x slower on the UNet's shapes here).
 
-``sd::geglu(h)``, ``sd::layer_norm(x, w, b, eps)``, ``sd::group_norm(x, groups, w, b,
+``sd::geglu(h, bias)`` (GEGLU after its projection without bias), ``sd::layer_norm(x, w, b, eps)``, ``sd::group_norm(x, groups, w, b,
 eps)``: GEGLU's gate and the two norms computed in fp32 and returned in the input's
 dtype. The modules call them for bf16 activations only (fp32 keeps its own code);
 the C++ program runs them in one pass each on bf16 (src/kernels/bf16_rows.h).
@@ -41,8 +41,9 @@ def reference_linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]
     return F.linear(x, w, b)
 
 
-def reference_geglu(h: torch.Tensor) -> torch.Tensor:
-    x, gate = h.float().chunk(2, dim=-1)
+def reference_geglu(h: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    h32 = h.float() if bias is None else h.float() + bias.float()
+    x, gate = h32.chunk(2, dim=-1)
     return (x * F.gelu(gate)).to(h.dtype)
 
 
@@ -78,7 +79,7 @@ def register():
     lib.impl("attention", reference_attention, "CompositeImplicitAutograd")
     lib.define("linear(Tensor x, Tensor w, Tensor? b) -> Tensor")
     lib.impl("linear", reference_linear, "CompositeImplicitAutograd")
-    lib.define("geglu(Tensor h) -> Tensor")
+    lib.define("geglu(Tensor h, Tensor? bias) -> Tensor")
     lib.impl("geglu", reference_geglu, "CompositeImplicitAutograd")
     lib.define("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor")
     lib.impl("layer_norm", reference_layer_norm, "CompositeImplicitAutograd")

@@ -129,11 +129,14 @@ int64_t grain(int64_t width) { return std::max<int64_t>(1, 65536 / std::max<int6
 
 }  // namespace
 
-at::Tensor geglu(const at::Tensor& h) {
+at::Tensor geglu(const at::Tensor& h, const c10::optional<at::Tensor>& bias) {
     TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "sd::geglu: the last dimension must be even");
     const int64_t width = h.size(-1) / 2;
+    const auto b = affine(bias);
+    TORCH_CHECK(!b.defined() || b.numel() == 2 * width, "sd::geglu: the bias must match the last dimension");
     if (!bf16_rows(h) || h.numel() == 0) {
-        const auto parts = h.to(at::kFloat).chunk(2, -1);
+        const auto h32 = b.defined() ? h.to(at::kFloat) + b : h.to(at::kFloat);
+        const auto parts = h32.chunk(2, -1);
         return (parts[0] * at::gelu(parts[1])).to(h.scalar_type());
     }
     const auto hc = h.contiguous();
@@ -143,7 +146,7 @@ at::Tensor geglu(const at::Tensor& h) {
     const uint16_t* in = bits(hc);
     uint16_t* o = bits_out(out);
     at::parallel_for(0, hc.numel() / (2 * width), grain(2 * width),
-                     [&](int64_t b, int64_t e) { kernels::geglu_bf16(in, o, width, b, e); });
+                     [&](int64_t s, int64_t e) { kernels::geglu_bf16(in, floats(b), o, width, s, e); });
     return out;
 }
 
@@ -194,7 +197,7 @@ void register_operators() {
         static auto* lib = new torch::Library(torch::Library::DEF, "sd", c10::nullopt, __FILE__, __LINE__);
         lib->def("attention(Tensor q, Tensor k, Tensor v, int heads, float scale) -> Tensor", &fused_attention);
         lib->def("linear(Tensor x, Tensor w, Tensor? b) -> Tensor", &fast_linear);
-        lib->def("geglu(Tensor h) -> Tensor", &geglu);
+        lib->def("geglu(Tensor h, Tensor? bias) -> Tensor", &geglu);
         lib->def("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor", &layer_norm_last);
         lib->def("group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor", &group_norm);
     });

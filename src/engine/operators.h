@@ -26,8 +26,9 @@ at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
 // For --precision bf16 on a CPU (src/kernels/bf16_rows.h): one pass each that
 // reads bf16, computes in fp32 and writes bf16. Other dtypes and devices compute
 // the same with LibTorch in fp32 and return the input's dtype.
-// GEGLU's gate: h [..., 2w] -> h[..., :w] * gelu(h[..., w:]).
-at::Tensor geglu(const at::Tensor& h);
+// GEGLU's gate after its projection: with h + bias [..., 2w] (bias optional,
+// added in fp32) -> first half * gelu(second half).
+at::Tensor geglu(const at::Tensor& h, const c10::optional<at::Tensor>& bias);
 // Layer norm over the last dimension.
 at::Tensor layer_norm_last(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                            const c10::optional<at::Tensor>& bias, double eps);

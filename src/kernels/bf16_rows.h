@@ -9,9 +9,10 @@
 
 namespace sd::kernels {
 
-// out[r][c] = in[r][c] * gelu(in[r][width + c]) for rows [begin, end): in is
-// [rows, 2 * width], out [rows, width], both dense. gelu is the erf form.
-void geglu_bf16(const uint16_t* in, uint16_t* out, int64_t width, int64_t begin, int64_t end);
+// out[r][c] = a * gelu(g) with a = in[r][c] + bias[c], g = in[r][width + c] +
+// bias[width + c] for rows [begin, end): in is [rows, 2 * width], out [rows,
+// width], both dense; bias (fp32, 2 * width) may be null. gelu is the erf form.
+void geglu_bf16(const uint16_t* in, const float* bias, uint16_t* out, int64_t width, int64_t begin, int64_t end);
 
 // Layer norm over each row of `width` values, rows [begin, end), with fp32
 // weight and bias (either may be null: 1 and 0).

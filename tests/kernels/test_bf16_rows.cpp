@@ -20,12 +20,16 @@ TEST(Bf16Rows, GegluMatchesTheFp32Computation) {
     for (const auto& shape : std::vector<std::vector<int64_t>>{{2, 300, 2560}, {3, 7, 18}, {1, 1, 34}, {5, 2}}) {
         at::manual_seed(shape.back());
         const auto h = (at::randn(shape) * 3).to(at::kBFloat16);
-        const auto got = sd::geglu(h);
+        const auto got = sd::geglu(h, c10::nullopt);
         ASSERT_EQ(got.scalar_type(), at::kBFloat16);
         const auto parts = h.to(at::kFloat).chunk(2, -1);
         const auto want = parts[0] * at::gelu(parts[1]);
         ASSERT_EQ(got.sizes(), want.sizes());
         EXPECT_LT(worst_steps(got, want), 2.0) << "last dimension " << shape.back();
+        // With the projection's bias, added in fp32 before the gate.
+        const auto bias = at::randn({shape.back()}).to(at::kBFloat16);
+        const auto with = (h.to(at::kFloat) + bias.to(at::kFloat)).chunk(2, -1);
+        EXPECT_LT(worst_steps(sd::geglu(h, bias), with[0] * at::gelu(with[1])), 2.0) << "bias, " << shape.back();
     }
 }
 
@@ -63,13 +67,14 @@ TEST(Bf16Rows, Fp32InputComputesAsLibTorch) {
     EXPECT_TRUE(at::equal(sd::group_norm(x, 4, c10::nullopt, c10::nullopt, 1e-5), at::group_norm(x, 4)));
     const auto h = at::randn({3, 10});
     const auto parts = h.chunk(2, -1);
-    EXPECT_TRUE(at::equal(sd::geglu(h), parts[0] * at::gelu(parts[1])));
+    EXPECT_TRUE(at::equal(sd::geglu(h, c10::nullopt), parts[0] * at::gelu(parts[1])));
 }
 
 TEST(Bf16Rows, BadShapesAreErrors) {
     const auto x = at::randn({2, 6, 4}).to(at::kBFloat16);
     EXPECT_THROW(sd::group_norm(x, 4, c10::nullopt, c10::nullopt, 1e-5), c10::Error);  // 6 % 4
-    EXPECT_THROW(sd::geglu(at::randn({2, 5}).to(at::kBFloat16)), c10::Error);          // odd width
+    EXPECT_THROW(sd::geglu(at::randn({2, 5}).to(at::kBFloat16), c10::nullopt), c10::Error);  // odd width
+    EXPECT_THROW(sd::geglu(at::randn({2, 6}).to(at::kBFloat16), at::randn({4})), c10::Error);  // bias size
     EXPECT_THROW(sd::layer_norm_last(x, at::randn({3}), c10::nullopt, 1e-5), c10::Error);
 }
 
