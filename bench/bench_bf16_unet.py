@@ -5,8 +5,8 @@ Loads an exported UNet twice, as the CLI holds it for `--precision fp32` and
 `--precision bf16` (weights narrowed to bf16; 3x3 convolutions prepacked for
 oneDNN; fused attention), with the CLI's own operators (build/libsd_engine.so),
 then times forwards alternating fp32 and bf16: wall and CPU seconds and the
-load average beside each. One warm-up call each comes first (TorchScript
-profiles and optimises the graph on its first calls) and is not counted.
+load average beside each. TorchScript runs the graphs as written, as the CLI
+sets it; one warm-up call each comes first and is not counted.
 
     OMP_WAIT_POLICY=passive /usr/bin/python3 bench/bench_bf16_unet.py --model /work/bench/bf16-sd15 \\
         --sizes 512 --repeats 3 [--profile 256]
@@ -59,6 +59,9 @@ def main():
     if not ENGINE_LIB:
         sys.exit("bench_bf16_unet: build/libsd_engine.so not found (cmake --build build --target sd_engine)")
     set_threads(args.threads)
+    # As the CLI (src/engine/runtime.cpp): the graphs run as written, with no
+    # re-optimisation on the second call.
+    torch._C._set_graph_executor_optimize(False)
     kinds = [args.only] if args.only else ["fp32", "bf16"]
     units = {k: load_unet(args.model, torch.float32 if k == "fp32" else torch.bfloat16) for k in kinds}
     print(f"engine library: {ENGINE_LIB}; threads {args.threads}; OMP_WAIT_POLICY="
@@ -69,7 +72,7 @@ def main():
     for size in args.sizes:
         ins = {k: inputs(size, torch.float32 if k == "fp32" else torch.bfloat16) for k in kinds}
         outs = {}
-        for k in kinds:  # warm-up, not counted
+        for k in kinds:  # warm-up (oneDNN's kernels, the allocator's first blocks), not counted
             outs[k], _, _ = timed(units[k], ins[k])
         if len(kinds) == 2:
             a, b = outs["fp32"], outs["bf16"].float()
