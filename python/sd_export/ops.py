@@ -10,6 +10,11 @@ C++ kernel instead: the benchmark's profile does that.
 
 ``sd::linear(x, w, b)``: F.linear, which the C++ program computes with oneDNN
 (LibTorch 1.13 sends Linear to OpenBLAS, 3x slower on the UNet's shapes here).
+
+``sd::geglu(h, bias)`` (GEGLU after its projection without bias), ``sd::layer_norm(x, w, b, eps)``, ``sd::group_norm(x, groups, w, b,
+eps)``: GEGLU's gate and the two norms computed in fp32 and returned in the input's
+dtype. The modules call them for bf16 activations only (fp32 keeps its own code);
+the C++ program runs them in one pass each on bf16 (src/kernels/bf16_rows.h).
 """
 
 from typing import Optional
@@ -36,6 +41,26 @@ def reference_linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]
     return F.linear(x, w, b)
 
 
+def reference_geglu(h: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    h32 = h.float() if bias is None else h.float() + bias.float()
+    x, gate = h32.chunk(2, dim=-1)
+    return (x * F.gelu(gate)).to(h.dtype)
+
+
+def reference_layer_norm(x: torch.Tensor, w: Optional[torch.Tensor], b: Optional[torch.Tensor],
+                         eps: float) -> torch.Tensor:
+    w32 = None if w is None else w.float()
+    b32 = None if b is None else b.float()
+    return F.layer_norm(x.float(), (x.shape[-1],), w32, b32, eps).to(x.dtype)
+
+
+def reference_group_norm(x: torch.Tensor, groups: int, w: Optional[torch.Tensor], b: Optional[torch.Tensor],
+                         eps: float) -> torch.Tensor:
+    w32 = None if w is None else w.float()
+    b32 = None if b is None else b.float()
+    return F.group_norm(x.float(), groups, w32, b32, eps).to(x.dtype)
+
+
 def register():
     """Defines sd::attention and sd::linear unless something (the C++ engine) already has."""
     global _LIB
@@ -44,6 +69,7 @@ def register():
     try:
         torch.ops.sd.attention  # noqa: B018 - raises when the op is not defined
         torch.ops.sd.linear  # noqa: B018
+        torch.ops.sd.geglu  # noqa: B018
         return
     except (AttributeError, RuntimeError):
         pass
@@ -53,6 +79,12 @@ def register():
     lib.impl("attention", reference_attention, "CompositeImplicitAutograd")
     lib.define("linear(Tensor x, Tensor w, Tensor? b) -> Tensor")
     lib.impl("linear", reference_linear, "CompositeImplicitAutograd")
+    lib.define("geglu(Tensor h, Tensor? bias) -> Tensor")
+    lib.impl("geglu", reference_geglu, "CompositeImplicitAutograd")
+    lib.define("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor")
+    lib.impl("layer_norm", reference_layer_norm, "CompositeImplicitAutograd")
+    lib.define("group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor")
+    lib.impl("group_norm", reference_group_norm, "CompositeImplicitAutograd")
     _LIB = lib
 
 register()

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention_kernel.h"
+#include "kernels/bf16_rows.h"
 #include "kernels/linear_kernel.h"
 #include "sd/error.h"
 
@@ -78,7 +79,7 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
     p.scale = static_cast<float>(scale);
     auto packed = at::empty({kernels::packed_floats(p)}, q.options().dtype(at::kFloat));
     p.packed = packed.data_ptr<float>();
-    const auto& kern = kernels::attention_kernel();
+    const auto& kern = bf16 ? kernels::attention_kernel_bf16() : kernels::attention_kernel();
     at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t b, int64_t e) { kern.pack(p, b, e); });
     at::parallel_for(0, kernels::attention_tasks(p), 1, [&](int64_t b, int64_t e) { kern.attend(p, b, e); });
     return out;
@@ -107,6 +108,88 @@ at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
     return at::linear(x, w, bias);
 }
 
+namespace {
+
+// The row kernels (plain fp32 arithmetic, any CPU) take bf16 CPU tensors; anything else computes the same in fp32 with LibTorch.
+bool bf16_rows(const at::Tensor& x) {
+    return x.device().is_cpu() && x.scalar_type() == at::kBFloat16;
+}
+
+const uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
+uint16_t* bits_out(at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+// An optional affine parameter as a dense fp32 tensor (undefined where absent).
+at::Tensor affine(const c10::optional<at::Tensor>& t) {
+    return t.has_value() && t->defined() ? t->to(at::kFloat).contiguous() : at::Tensor();
+}
+const float* floats(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// Rows per parallel task: about 64k values each.
+int64_t grain(int64_t width) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, width)); }
+
+}  // namespace
+
+at::Tensor geglu(const at::Tensor& h, const c10::optional<at::Tensor>& bias) {
+    TORCH_CHECK(h.dim() >= 1 && h.size(-1) % 2 == 0, "sd::geglu: the last dimension must be even");
+    const int64_t width = h.size(-1) / 2;
+    const auto b = affine(bias);
+    TORCH_CHECK(!b.defined() || b.numel() == 2 * width, "sd::geglu: the bias must match the last dimension");
+    if (!bf16_rows(h) || h.numel() == 0) {
+        const auto h32 = b.defined() ? h.to(at::kFloat) + b : h.to(at::kFloat);
+        const auto parts = h32.chunk(2, -1);
+        return (parts[0] * at::gelu(parts[1])).to(h.scalar_type());
+    }
+    const auto hc = h.contiguous();
+    auto sizes = h.sizes().vec();
+    sizes.back() = width;
+    auto out = at::empty(sizes, h.options());
+    const uint16_t* in = bits(hc);
+    uint16_t* o = bits_out(out);
+    at::parallel_for(0, hc.numel() / (2 * width), grain(2 * width),
+                     [&](int64_t s, int64_t e) { kernels::geglu_bf16(in, floats(b), o, width, s, e); });
+    return out;
+}
+
+at::Tensor layer_norm_last(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                           const c10::optional<at::Tensor>& bias, double eps) {
+    TORCH_CHECK(x.dim() >= 1, "sd::layer_norm: input must have a dimension");
+    const int64_t width = x.size(-1);
+    const auto w = affine(weight), b = affine(bias);
+    TORCH_CHECK((!w.defined() || w.numel() == width) && (!b.defined() || b.numel() == width),
+                "sd::layer_norm: weight and bias must match the last dimension");
+    if (!bf16_rows(x) || x.numel() == 0)
+        return at::layer_norm(x.to(at::kFloat), {width}, w, b, eps).to(x.scalar_type());
+    const auto xc = x.contiguous();
+    auto out = at::empty(x.sizes(), x.options());
+    const uint16_t* in = bits(xc);
+    uint16_t* o = bits_out(out);
+    at::parallel_for(0, xc.numel() / width, grain(width), [&](int64_t s, int64_t e) {
+        kernels::layer_norm_bf16(in, o, width, floats(w), floats(b), static_cast<float>(eps), s, e);
+    });
+    return out;
+}
+
+at::Tensor group_norm(const at::Tensor& x, int64_t groups, const c10::optional<at::Tensor>& weight,
+                      const c10::optional<at::Tensor>& bias, double eps) {
+    TORCH_CHECK(x.dim() >= 2 && groups > 0 && x.size(1) % groups == 0,
+                "sd::group_norm: channels must be divisible by the group count");
+    const int64_t channels = x.size(1);
+    const auto w = affine(weight), b = affine(bias);
+    TORCH_CHECK((!w.defined() || w.numel() == channels) && (!b.defined() || b.numel() == channels),
+                "sd::group_norm: weight and bias must match the channel count");
+    if (!bf16_rows(x) || x.numel() == 0) return at::group_norm(x.to(at::kFloat), groups, w, b, eps).to(x.scalar_type());
+    const auto xc = x.contiguous();
+    auto out = at::empty(x.sizes(), x.options());
+    const int64_t spatial = xc.numel() / (x.size(0) * channels);
+    const uint16_t* in = bits(xc);
+    uint16_t* o = bits_out(out);
+    at::parallel_for(0, x.size(0) * groups, 1, [&](int64_t s, int64_t e) {
+        kernels::group_norm_bf16(in, o, channels, spatial, groups, floats(w), floats(b), static_cast<float>(eps), s,
+                                 e);
+    });
+    return out;
+}
+
 void register_operators() {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -114,6 +197,9 @@ void register_operators() {
         static auto* lib = new torch::Library(torch::Library::DEF, "sd", c10::nullopt, __FILE__, __LINE__);
         lib->def("attention(Tensor q, Tensor k, Tensor v, int heads, float scale) -> Tensor", &fused_attention);
         lib->def("linear(Tensor x, Tensor w, Tensor? b) -> Tensor", &fast_linear);
+        lib->def("geglu(Tensor h, Tensor? bias) -> Tensor", &geglu);
+        lib->def("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor", &layer_norm_last);
+        lib->def("group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor", &group_norm);
     });
 }
 

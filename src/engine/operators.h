@@ -23,7 +23,20 @@ at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const a
 // build without oneDNN, at::linear (for bf16 that is oneDNN's bf16 matmul).
 at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias);
 
-// Registers sd::attention and sd::linear with the dispatcher; safe to call more than once.
+// For --precision bf16 on a CPU (src/kernels/bf16_rows.h): one pass each that
+// reads bf16, computes in fp32 and writes bf16. Other dtypes and devices compute
+// the same with LibTorch in fp32 and return the input's dtype.
+// GEGLU's gate after its projection: with h + bias [..., 2w] (bias optional,
+// added in fp32) -> first half * gelu(second half).
+at::Tensor geglu(const at::Tensor& h, const c10::optional<at::Tensor>& bias);
+// Layer norm over the last dimension.
+at::Tensor layer_norm_last(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                           const c10::optional<at::Tensor>& bias, double eps);
+// Group norm of x [batch, channels, ...].
+at::Tensor group_norm(const at::Tensor& x, int64_t groups, const c10::optional<at::Tensor>& weight,
+                      const c10::optional<at::Tensor>& bias, double eps);
+
+// Registers sd::attention, sd::linear and the bf16 row operators with the dispatcher; safe to call more than once.
 // The engine calls it before loading a stage (a static registrar in a static
 // library would be dropped by the linker).
 void register_operators();

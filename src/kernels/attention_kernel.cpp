@@ -1,9 +1,14 @@
 #include "kernels/attention_kernel.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "kernels/attention_tiles.h"
+#include "kernels/linear_kernel.h"
 
 namespace sd::kernels {
 
@@ -16,12 +21,17 @@ namespace sd::kernels {
 SD_DECLARE_ISA(avx512)
 SD_DECLARE_ISA(avx2)
 SD_DECLARE_ISA(baseline)
+SD_DECLARE_ISA(amx)
 #undef SD_DECLARE_ISA
 
 int64_t padded_keys(int64_t m) { return (m + kKeyAlign - 1) / kKeyAlign * kKeyAlign; }
 int64_t padded_width(int64_t d) { return (d + kWidthAlign - 1) / kWidthAlign * kWidthAlign; }
 
-int64_t packed_head_floats(const AttentionProblem& p) { return padded_keys(p.m) * (p.d + padded_width(p.d)); }
+// Room for the AMX build's bf16 pack too (channels padded to 32, in halves):
+// 32-rounded d + padded width <= 2 (max(d, 16) + padded width).
+int64_t packed_head_floats(const AttentionProblem& p) {
+    return padded_keys(p.m) * (std::max<int64_t>(p.d, 16) + padded_width(p.d));
+}
 
 int64_t packed_floats(const AttentionProblem& p) { return p.batch * p.heads * packed_head_floats(p); }
 
@@ -31,7 +41,23 @@ namespace {
 
 const AttentionKernel kKernels[] = {{"avx512", avx512::pack, avx512::attend},
                                     {"avx2", avx2::pack, avx2::attend},
-                                    {"baseline", baseline::pack, baseline::attend}};
+                                    {"baseline", baseline::pack, baseline::attend},
+                                    {"amx", amx::pack, amx::attend}};
+constexpr int kKernelCount = 4;
+constexpr int kAmxKernel = 3;  // for bf16 problems only: fp32 ones keep the others' results
+
+#if defined(__x86_64__)
+// AMX as oneDNN sees it (DNNL_MAX_CPU_ISA can hide it), and Linux's leave to
+// use its tile state in this process (asked for once; oneDNN asks too).
+bool amx_usable() {
+    static const bool ok = [] {
+        if (!cpu_has_amx() || !__builtin_cpu_supports("avx512bw")) return false;
+        constexpr long kReqPerm = 0x1023, kTileData = 18;  // ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA
+        return syscall(SYS_arch_prctl, kReqPerm, kTileData) == 0;
+    }();
+    return ok;
+}
+#endif
 
 bool cpu_runs(int i) {
 #if defined(__x86_64__)
@@ -41,16 +67,17 @@ bool cpu_runs(int i) {
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512vl");
     if (i == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (i == kAmxKernel) return cpu_runs(0) && amx_usable();
     return true;
 #else
-    return i >= 0;  // all three are the portable build
+    return i >= 0;  // all four are the portable build
 #endif
 }
 
 }  // namespace
 
 const AttentionKernel* attention_kernel_named(const char* name) {
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kKernelCount; ++i)
         if (std::strcmp(name, kKernels[i].name) == 0) return cpu_runs(i) ? &kKernels[i] : nullptr;
     return nullptr;
 }
@@ -63,6 +90,14 @@ const AttentionKernel& attention_kernel() {
         for (int i = 0; i < 3; ++i)
             if (cpu_runs(i)) return &kKernels[i];
         return &kKernels[2];
+    }();
+    return *chosen;
+}
+
+const AttentionKernel& attention_kernel_bf16() {
+    static const AttentionKernel* chosen = [] {
+        if (!std::getenv("SD_ATTENTION_ISA") && cpu_runs(kAmxKernel)) return &kKernels[kAmxKernel];
+        return &attention_kernel();
     }();
     return *chosen;
 }

@@ -52,7 +52,11 @@ struct AttentionKernel {
 // picks one for tests and benchmarks; one the CPU lacks is not taken).
 const AttentionKernel& attention_kernel();
 
-// The kernel of that name ("avx512", "avx2", "baseline"), or nullptr when
+// For bf16 problems: the AMX build ("amx": both products on tiles) where the
+// CPU has AMX as oneDNN sees it and SD_ATTENTION_ISA names none; else attention_kernel().
+const AttentionKernel& attention_kernel_bf16();
+
+// The kernel of that name ("avx512", "avx2", "baseline", "amx"), or nullptr when
 // this CPU cannot run it.
 const AttentionKernel* attention_kernel_named(const char* name);
 

@@ -1,7 +1,8 @@
 // One instruction-set build of the fused attention kernel (attention_kernel.h).
 // CMake compiles this file several times with SD_ISA set to the namespace and
 // SD_VEC to the vector width in floats, and with the matching -m flags; GCC's
-// vector extensions then map each `Vec` operation onto that width.
+// vector extensions then map each `Vec` operation onto that width. The build
+// with -mamx-bf16 runs bf16 problems' products on AMX tiles (below).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +12,10 @@
 #include "kernels/attention_kernel.h"
 #include "kernels/attention_tiles.h"
 #include "kernels/bf16.h"
+
+#if defined(__AMX_BF16__)
+#include <immintrin.h>
+#endif
 
 namespace sd::kernels::SD_ISA {
 
@@ -137,9 +142,243 @@ inline void read_row(float* dst, const float* f32, const uint16_t* bf16, int64_t
         std::memcpy(dst, f32, sizeof(float) * n);
 }
 
+
+#if defined(__AMX_BF16__)
+// bf16 problems on a CPU with AMX: both products on the tile unit, 16x16 fp32
+// results from 16x32 bf16 rows times 32x16 bf16 columns, the columns held as
+// pairs of the reduced dimension side by side. So kᵀ is packed as panels of 16
+// keys holding each key's channel pair side by side (channels padded to 32), v
+// as key pairs holding 16 channels each. Scores, the online softmax and the
+// sums stay fp32; the probabilities are rounded to bf16 for their product with
+// v (as flash attention does on GPUs).
+constexpr int64_t kLanes = 16;
+constexpr int64_t kTileRows = 16;
+
+inline int64_t k_pairs(int64_t d) { return (d + 31) / 32 * 16; }  // channel pairs, padded to whole tiles
+// Offsets in one (batch, head)'s pack, in bf16 values: kᵀ's panel of keys
+// [16 pn, 16 pn + 16), then v's key pair jp (each `vecs` blocks of 16 channels).
+inline int64_t k_panel(int64_t pn, int64_t d2) { return pn * d2 * 2 * kLanes; }
+inline int64_t v_pair(int64_t jp, int64_t vecs) { return jp * vecs * 2 * kLanes; }
+
+struct TileConfig {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Tiles 0-3 accumulate, 4 holds the left operand, 5 the right one; every tile is 16 rows of 64 bytes.
+void configure_tiles() {
+    TileConfig cfg;
+    for (int t = 0; t < 6; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kTileRows;
+    _tile_loadconfig(&cfg);
+}
+
+// e^x for x <= 0 as exp_nonpositive, with a degree-5 polynomial (relative
+// error below 3e-6): enough for probabilities that are then rounded to bf16
+// (2^-9), and two fewer FMAs in the loop that bounds this build's speed.
+inline Vec exp_nonpositive_bf16(Vec x) {
+    x = vmax(x, splat(-87.0f));
+    const Vec t = x * 1.44269504088896341f - 0.5f;
+    IVec n = __builtin_convertvector(t, IVec);
+    n += __builtin_convertvector(n, Vec) > t;
+    n += 1;
+    const Vec nf = __builtin_convertvector(n, Vec);
+    const Vec r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;
+    Vec q = splat(1.0f / 120);
+    q = q * r + 1.0f / 24;
+    q = q * r + 1.0f / 6;
+    q = q * r + 0.5f;
+    q = q * r + 1.0f;
+    q = q * r + 1.0f;
+    const IVec bits = (n + 127) << 23;
+    return q * reinterpret_cast<const Vec&>(bits);
+}
+
+void pack_bf16(const AttentionProblem& p, int64_t bh) {
+    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), d2 = k_pairs(p.d), vecs = dp / kLanes;
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    uint16_t* kt = reinterpret_cast<uint16_t*>(p.packed + bh * packed_head_floats(p));
+    uint16_t* vp = kt + m_pad * d2 * 2;  // fits: m_pad (2 d2 + dp) halves <= 2 m_pad (d + dp) (attention_kernel.cpp)
+    std::fill(kt, vp + m_pad * dp, uint16_t{0});
+    for (int64_t j = 0; j < p.m; ++j) {
+        const uint16_t* kr = p.k_bf16 + b * p.k_batch + j * p.k_row + h * p.d;
+        const uint16_t* vr = p.v_bf16 + b * p.v_batch + j * p.v_row + h * p.d;
+        uint16_t* panel = kt + k_panel(j / kLanes, d2) + (j % kLanes) * 2;
+        for (int64_t c = 0; c < p.d; ++c) panel[(c / 2) * 2 * kLanes + (c & 1)] = kr[c];
+        uint16_t* vrow = vp + v_pair(j / 2, vecs) + (j & 1);
+        for (int64_t c = 0; c < p.d; ++c) vrow[(c / kLanes) * 2 * kLanes + (c % kLanes) * 2] = vr[c];
+    }
+}
+
+// Scores of 16 query rows (q: bf16, row length 2 d2) against N panels of 16
+// keys from `kt`, unscaled, into s (fp32 rows of s_row floats).
+template <int N>
+inline void score_tiles(const uint16_t* q, int64_t d2, const uint16_t* kt, float* s, int64_t s_row) {
+    _tile_zero(0);
+    if (N > 1) _tile_zero(1);
+    if (N > 2) _tile_zero(2);
+    if (N > 3) _tile_zero(3);
+    const int64_t panel = d2 * 2 * kLanes;
+    for (int64_t kc = 0; kc < d2; kc += kTileRows) {  // 32 channels a step
+        _tile_loadd(4, q + 2 * kc, 4 * d2);
+        _tile_loadd(5, kt + kc * 2 * kLanes, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        if (N > 1) {
+            _tile_loadd(5, kt + panel + kc * 2 * kLanes, 64);
+            _tile_dpbf16ps(1, 4, 5);
+        }
+        if (N > 2) {
+            _tile_loadd(5, kt + 2 * panel + kc * 2 * kLanes, 64);
+            _tile_dpbf16ps(2, 4, 5);
+        }
+        if (N > 3) {
+            _tile_loadd(5, kt + 3 * panel + kc * 2 * kLanes, 64);
+            _tile_dpbf16ps(3, 4, 5);
+        }
+    }
+    _tile_stored(0, s, s_row * 4);
+    if (N > 1) _tile_stored(1, s + kLanes, s_row * 4);
+    if (N > 2) _tile_stored(2, s + 2 * kLanes, s_row * 4);
+    if (N > 3) _tile_stored(3, s + 3 * kLanes, s_row * 4);
+}
+
+// O[16 rows][N blocks of 16 channels] += P (bf16, 16 rows of p_row) · v over
+// `keys` keys (a multiple of 32) from key pair 0 of `vp`.
+template <int N>
+inline void value_tiles(const uint16_t* pb, int64_t p_row, const uint16_t* vp, int64_t vecs, int64_t keys, float* o,
+                        int64_t dp) {
+    _tile_loadd(0, o, dp * 4);
+    if (N > 1) _tile_loadd(1, o + kLanes, dp * 4);
+    if (N > 2) _tile_loadd(2, o + 2 * kLanes, dp * 4);
+    if (N > 3) _tile_loadd(3, o + 3 * kLanes, dp * 4);
+    const int64_t stride = vecs * 2 * kLanes * 2;  // bytes from one key pair to the next
+    for (int64_t j = 0; j < keys; j += 2 * kTileRows) {
+        _tile_loadd(4, pb + j, p_row * 2);
+        const uint16_t* v = vp + v_pair(j / 2, vecs);
+        _tile_loadd(5, v, stride);
+        _tile_dpbf16ps(0, 4, 5);
+        if (N > 1) {
+            _tile_loadd(5, v + 2 * kLanes, stride);
+            _tile_dpbf16ps(1, 4, 5);
+        }
+        if (N > 2) {
+            _tile_loadd(5, v + 4 * kLanes, stride);
+            _tile_dpbf16ps(2, 4, 5);
+        }
+        if (N > 3) {
+            _tile_loadd(5, v + 6 * kLanes, stride);
+            _tile_dpbf16ps(3, 4, 5);
+        }
+    }
+    _tile_stored(0, o, dp * 4);
+    if (N > 1) _tile_stored(1, o + kLanes, dp * 4);
+    if (N > 2) _tile_stored(2, o + 2 * kLanes, dp * 4);
+    if (N > 3) _tile_stored(3, o + 3 * kLanes, dp * 4);
+}
+
+void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
+    const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
+    const int64_t d2 = k_pairs(p.d), vecs = dp / kLanes;
+    const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;
+    const int64_t key_tile = std::min(kKeyTile, m_pad);  // a multiple of 32
+    std::vector<uint16_t> qt(kQueryTile * 2 * d2), pb(kQueryTile * key_tile);
+    std::vector<float> s(kQueryTile * key_tile), o(kQueryTile * dp);
+    std::vector<float> row_max(kQueryTile), row_sum(kQueryTile);
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    configure_tiles();
+    for (int64_t task = begin; task < end; ++task) {
+        const int64_t bh = task / tiles, b = bh / p.heads, h = bh % p.heads;
+        const int64_t row0 = (task % tiles) * kQueryTile;
+        const int64_t rows = std::min(kQueryTile, p.n - row0);
+        const int64_t rows_pad = (rows + kTileRows - 1) / kTileRows * kTileRows;
+        const uint16_t* kt = reinterpret_cast<const uint16_t*>(p.packed + bh * per_head);
+        const uint16_t* vp = kt + m_pad * d2 * 2;
+        std::fill(qt.begin(), qt.end(), uint16_t{0});
+        for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(&qt[r * 2 * d2], p.q_bf16 + b * p.q_batch + (row0 + r) * p.q_row + h * p.d,
+                        sizeof(uint16_t) * p.d);
+        std::fill(o.begin(), o.end(), 0.0f);
+        std::fill(row_max.begin(), row_max.end(), neg_inf);
+        std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+        for (int64_t j0 = 0; j0 < m_pad; j0 += key_tile) {
+            const int64_t keys = std::min(key_tile, m_pad - j0);  // a multiple of 32
+            const int64_t valid = std::min(keys, p.m - j0);
+            for (int64_t r = 0; r < rows_pad; r += kTileRows) {
+                int64_t j = 0;
+                for (; j + 4 * kLanes <= keys; j += 4 * kLanes)
+                    score_tiles<4>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[r * key_tile + j],
+                                   key_tile);
+                if (j < keys)  // 32 keys left
+                    score_tiles<2>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[r * key_tile + j],
+                                   key_tile);
+            }
+            const Vec scale = splat(p.scale);
+            for (int64_t r = 0; r < rows_pad; ++r) {
+                float* sr = &s[r * key_tile];
+                for (int64_t j = 0; j < keys; j += W) store(sr + j, load(sr + j) * scale);
+                std::fill(sr + valid, sr + keys, neg_inf);  // padding keys take no weight
+                Vec mv = splat(neg_inf);
+                for (int64_t j = 0; j < keys; j += W) mv = vmax(mv, load(sr + j));
+                const float new_max = std::max(row_max[r], _mm512_reduce_max_ps((__m512)mv));
+                const float alpha = row_max[r] == neg_inf ? 0.0f : std::exp(row_max[r] - new_max);
+                row_max[r] = new_max;
+                Vec sum = Vec{};
+                const Vec mx = splat(new_max);
+                uint16_t* pr = &pb[r * key_tile];
+                for (int64_t j = 0; j < keys; j += W) {
+                    const Vec e = exp_nonpositive_bf16(load(sr + j) - mx);
+                    sum += e;
+                    const __m256i narrow = (__m256i)_mm512_cvtneps_pbh((__m512)e);
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + j), narrow);
+                }
+                std::fill(pr + valid, pr + keys, uint16_t{0});
+                row_sum[r] = row_sum[r] * alpha + _mm512_reduce_add_ps((__m512)sum);
+                if (alpha != 1.0f)
+                    for (int64_t c = 0; c < dp; ++c) o[r * dp + c] *= alpha;
+            }
+            const uint16_t* vt = vp + v_pair(j0 / 2, vecs);
+            for (int64_t r = 0; r < rows_pad; r += kTileRows) {
+                int64_t i = 0;
+                for (; i + 4 <= vecs; i += 4)
+                    value_tiles<4>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys, &o[r * dp + i * kLanes],
+                                   dp);
+                switch (vecs - i) {
+                    case 3:
+                        value_tiles<3>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
+                                       &o[r * dp + i * kLanes], dp);
+                        break;
+                    case 2:
+                        value_tiles<2>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
+                                       &o[r * dp + i * kLanes], dp);
+                        break;
+                    case 1:
+                        value_tiles<1>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
+                                       &o[r * dp + i * kLanes], dp);
+                        break;
+                    default:
+                        break;
+                }
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t oo = b * p.o_batch + (row0 + r) * p.o_row + h * p.d;
+            const float inv = 1.0f / row_sum[r];
+            for (int64_t c = 0; c < p.d; ++c) p.out_bf16[oo + c] = float_to_bf16(o[r * dp + c] * inv);
+        }
+    }
+    _tile_release();
+}
+#endif
+
 }  // namespace
 
 void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
+#if defined(__AMX_BF16__)
+    if (p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16) {
+        for (int64_t bh = begin; bh < end; ++bh) pack_bf16(p, bh);
+        return;
+    }
+#endif
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
     for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t b = bh / p.heads, h = bh % p.heads;
@@ -162,6 +401,9 @@ void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
 }
 
 void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
+#if defined(__AMX_BF16__)
+    if (p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16) return attend_bf16(p, begin, end);
+#endif
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
     const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;
     const int64_t key_tile = std::min(kKeyTile, m_pad);

@@ -79,11 +79,22 @@ class DemoModelDrawsThePrompt(unittest.TestCase):
             d = os.path.join(cls.tmp.name, name)
             os.makedirs(d)
             cls.images[name], cls.records[name] = generate(captions, scale, d, extra)
+        # Issue 34: bf16 compute where the CPU has bf16 instructions (elsewhere the CLI refuses it).
+        d = os.path.join(cls.tmp.name, "bf16")
+        os.makedirs(d)
+        try:
+            cls.images["bf16"], cls.records["bf16"] = generate(cls.held_out, None, d, ("--precision", "bf16"))
+        except AssertionError as e:
+            if "bf16 instructions" not in str(e):
+                raise
+            cls.images["bf16"] = None
         cls.rates = {"held-out, CLI defaults": pass_rate(cls.images["default"], cls.held_out),
                      "held-out, scale 1": pass_rate(cls.images["1"], cls.held_out),
                      "held-out, scale 0": pass_rate(cls.images["0"], cls.held_out),
                      "held-out, scale 7.5, PLMS 100 steps": pass_rate(cls.images["7.5"], cls.held_out),
                      "held-out, --weights q8": pass_rate(cls.images["q8"], cls.held_out),
+                     "held-out, --precision bf16": (pass_rate(cls.images["bf16"], cls.held_out)
+                                                    if cls.images["bf16"] is not None else float("nan")),
                      "swapped prompts vs held-out captions": pass_rate(cls.images["swapped"], cls.held_out),
                      "swapped prompts vs their own captions": pass_rate(cls.images["swapped"], cls.swapped),
                      "held-out pictures vs swapped captions": pass_rate(cls.images["default"], cls.swapped)}
@@ -124,6 +135,15 @@ class DemoModelDrawsThePrompt(unittest.TestCase):
         # and the pictures are its own (narrowed), not fp32's.
         self.assertGreaterEqual(self.rates["held-out, --weights q8"], PASS_RATE)
         self.assertFalse(all(np.array_equal(a, b) for a, b in zip(self.images["q8"], self.images["default"])))
+
+    def test_bf16_compute_still_draws_the_captions(self):
+        # Issue 34: --precision bf16 keeps the picture check's pass rate, and its pictures are
+        # its own (bf16 arithmetic), not fp32's.
+        if self.images["bf16"] is None:
+            self.skipTest("this CPU has no bf16 instructions: the CLI refuses --precision bf16")
+        self.assertGreaterEqual(self.rates["held-out, --precision bf16"], PASS_RATE)
+        self.assertIn("Precision: bf16", self.records["bf16"][0]["parameters"])
+        self.assertFalse(all(np.array_equal(a, b) for a, b in zip(self.images["bf16"], self.images["default"])))
 
 
 class HeldOutIsHeldOut(unittest.TestCase):

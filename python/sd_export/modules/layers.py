@@ -121,14 +121,21 @@ def plain_layout(x: torch.Tensor) -> torch.Tensor:
 
 
 # The norms compute in fp32 whatever the input dtype (half or bf16 compute on a
-# GPU, as autocast does); for fp32 input `.float()` is the tensor itself.
+# GPU, as autocast does); for fp32 input `.float()` is the tensor itself. bf16
+# goes to sd::group_norm / sd::layer_norm (ops.py): the same arithmetic, which
+# the C++ program does in one pass instead of a widening copy, the norm and a
+# narrowing copy.
 class GroupNorm(nn.GroupNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.bfloat16:
+            return torch.ops.sd.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
         return F.group_norm(x.float(), self.num_groups, _cast(self.weight, torch.float32),
                             _cast(self.bias, torch.float32), self.eps).to(x.dtype)
 
 
 class LayerNorm(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.bfloat16 and len(self.normalized_shape) == 1:
+            return torch.ops.sd.layer_norm(x, self.weight, self.bias, self.eps)
         return F.layer_norm(x.float(), self.normalized_shape, _cast(self.weight, torch.float32),
                             _cast(self.bias, torch.float32), self.eps).to(x.dtype)

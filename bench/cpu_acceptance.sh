@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The acceptance runs of issues 34 and 37 in one go, for a quiet machine: steps against the same-run
+# bound (fp32, bf16), LCM 4 + TAESD and the Turbo-sized 1 step from process start to PNG, the no-AMX and
+# AVX2 stand-ins, peak memory under the documented budgets, and q8 against fp32.
+# SD15_DIR: scripts/export_model.py --random-init --out SD15_DIR
+# SD21_DIR: scripts/export_model.py --random-init --config bench/v2-inference.yaml --out SD21_DIR
+# Usage (from the repository root): bench/cpu_acceptance.sh SD15_DIR SD21_DIR
+set -u
+M=${1:?usage: bench/cpu_acceptance.sh SD15_DIR SD21_DIR}; M2=${2:?usage: bench/cpu_acceptance.sh SD15_DIR SD21_DIR}; B=${SD_TXT2IMG:-build/sd-txt2img}
+T=tests/fixtures/taesd/taesd_decoder.pth
+P='a photograph of an astronaut riding a horse'
+export OMP_WAIT_POLICY=passive
+O=$(mktemp -d)
+lscpu | grep -E 'Model name|CPU family|^Model:'
+grep -o 'avx512_bf16\|amx_bf16\|amx_int8\|avx512_vnni\|avx512f \|avx2' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+t() { echo "== $* (load $(cut -d' ' -f1-3 /proc/loadavg))"; /usr/bin/time -f "wall %e s, user %U, sys %S, maxrss %M KiB" "$@" 2>&1 | grep -E -i "step [0-9]+/|timing|peak|wall |error|refus|sd-txt2img: .*(bf16|cannot)" | tail -20; }
+echo "### fp32 and bf16 steps against the same-run bound"
+bench/bench_speed.sh --model "$M" --sizes 256 512 --steps 4 --runs 3 --profile-size 0 --profile-vae-size 0 --json "$O"/fp32.json 2>&1 | grep -v "^\[bench\]   "
+bench/bench_speed.sh --model "$M" --sizes 512 --steps 4 --runs 3 --profile-size 0 --profile-vae-size 0 --cli-args "--precision bf16" --label bf16 --json "$O"/bf16.json 2>&1 | grep -v "^\[bench\]   "
+echo "### LCM 4 + TAESD 512, process start to PNG, alternating"
+for _ in 1 2 3; do
+  for p in fp32 bf16; do t "$B" --model "$M" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler lcm --steps 4 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/lcm; done
+done
+echo "### Turbo-sized (SD 2.1 base UNet) 1 step + TAESD 512, bf16 and fp32"
+for _ in 1 2 3; do
+  for p in bf16 fp32; do t "$B" --model "$M2" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler euler_a --schedule trailing --steps 1 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/turbo; done
+done
+echo "### stand-ins: no AMX (AVX512_CORE_BF16) bf16 and fp32; AVX2 fp32"
+for p in fp32 bf16; do DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 3 --sampler ddim --threads 2 --verbose --precision $p --outdir "$O"/isa; done
+SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 3 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
+SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 256 --W 256 --steps 3 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
+echo "### memory at 512 (no --verbose: it resets the peak per stage, so /usr/bin/time would see the last stage only)"
+t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --max-memory 3.5G --outdir "$O"/mem
+t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --weights fp16 --max-memory 2.3G --outdir "$O"/mem
+t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --precision bf16 --max-memory 2.3G --outdir "$O"/mem
+t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --weights q8 --max-memory 1.5G --outdir "$O"/mem
+echo "### q8 vs fp32 step 512, alternating"
+for _ in 1 2; do for w in fp32 q8; do t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --weights $w --outdir "$O"/q8; done; done
+uptime
