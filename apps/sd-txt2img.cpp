@@ -925,6 +925,8 @@ int main(int argc, char** argv) {
         use_model_defaults(app, pipeline->config(), pipeline->embeddings(), f);
         // The compute precision changes the picture: recorded when not fp32 ("Precision: bf16").
         if (pipeline->compute().precision != "fp32") f.job.precision = pipeline->compute().precision;
+        if (!f.quiet && !pipeline->compute().note.empty())
+            std::cerr << "sd-txt2img: note: " << pipeline->compute().note << std::endl;
         if (f.show_plan) {
             pipeline->check(f.job.settings);
             std::string plan_text = pipeline->plan(f.job.settings, f.job.n_samples).describe();

@@ -13,7 +13,7 @@ namespace sd {
 
 // Bumped whenever Pipeline, PipelineOptions or what they carry change shape,
 // so that an engine module from another build is refused, not misread.
-constexpr int kEngineInterfaceVersion = 3;
+constexpr int kEngineInterfaceVersion = 4;
 
 // OpenMP threads that wait for work spin by default; a spinning thread takes
 // the core the working one needs, even on a quiet 2-core machine (measured: a

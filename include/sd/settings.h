@@ -165,6 +165,7 @@ struct ComputeChoice {
     std::string device = "cpu";      // "cpu", "cuda:0", ...
     std::string precision = "fp32";  // fp32 | fp16 | bf16
     std::string weights = "fp32";    // fp32 | fp16 | bf16
+    std::string note;                // a line for the user before the run (the CLI prints it), or empty
     std::string describe() const;    // "fp16 on cuda:0 (...), weights held in fp16 (text encoder: fp32)"
 };
 

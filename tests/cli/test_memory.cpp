@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -210,6 +211,27 @@ TEST(Precision, BfloatIsRefusedWithoutBf16Instructions) {
     EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
     EXPECT_NE(r.err.find("bf16 instructions"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("--precision fp32"), std::string::npos) << r.err;
+}
+
+// Without AMX oneDNN 2.6's bf16 kernels are slower than fp32 (docs/benchmarks.md): bf16 still runs,
+// for its memory, with one note saying so. DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 stands in for such a CPU.
+TEST(Precision, BfloatWithoutAmxRunsWithANote) {
+    const std::vector<std::string> args = {sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W",
+                                           "64", "--steps", "1", "--precision", "bf16", "--outdir", sdtest::temp_dir()};
+    std::vector<std::string> no_amx = {"/usr/bin/env", "DNNL_MAX_CPU_ISA=AVX512_CORE_BF16"};
+    no_amx.insert(no_amx.end(), args.begin(), args.end());
+    auto r = run(no_amx);
+    if (r.exit_code == 1 && r.err.find("bf16 instructions") != std::string::npos)
+        GTEST_SKIP() << "this CPU has no bf16 instructions: " << r.err;
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("note: --precision bf16 on a CPU without AMX runs slower than fp32"), std::string::npos)
+        << r.err;
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+    if (flags.find(" amx_bf16") == std::string::npos) return;
+    r = run(args);  // this CPU has AMX: no note
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("without AMX"), std::string::npos) << r.err;
 }
 
 TEST(Device, UnknownOrMissingDevicesAreRefusedInOneLine) {
