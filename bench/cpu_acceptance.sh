@@ -26,9 +26,9 @@ for _ in 1 2 3; do
   for p in bf16 fp32; do t "$B" --model "$M2" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler euler_a --schedule trailing --steps 1 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/turbo; done
 done
 echo "### stand-ins: no AMX (AVX512_CORE_BF16) bf16 and fp32; AVX2 fp32"
-for p in fp32 bf16; do DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 3 --sampler ddim --threads 2 --verbose --precision $p --outdir "$O"/isa; done
-SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 3 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
-SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 256 --W 256 --steps 3 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
+for p in fp32 bf16; do DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --precision $p --outdir "$O"/isa; done
+SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
+SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 256 --W 256 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
 echo "### memory at 512 (no --verbose: it resets the peak per stage, so /usr/bin/time would see the last stage only)"
 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --max-memory 3.5G --outdir "$O"/mem
 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --weights fp16 --max-memory 2.3G --outdir "$O"/mem

@@ -15,6 +15,10 @@ C++ kernel instead: the benchmark's profile does that.
 eps)``: GEGLU's gate and the two norms computed in fp32 and returned in the input's
 dtype. The modules call them for bf16 activations only (fp32 keeps its own code);
 the C++ program runs them in one pass each on bf16 (src/kernels/bf16_rows.h).
+
+``sd::expand_q8(w, scale)``: an 8-bit layer's fp32 weight, int8 ``w`` times its fp16
+``scale`` per block of 32 values of a row (layers.py ``_expand``); the C++ program
+writes it in one pass instead of TorchScript's two full-size temporaries.
 """
 
 from typing import Optional
@@ -61,6 +65,11 @@ def reference_group_norm(x: torch.Tensor, groups: int, w: Optional[torch.Tensor]
     return F.group_norm(x.float(), groups, w32, b32, eps).to(x.dtype)
 
 
+def reference_expand_q8(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    blocks = w.reshape(scale.shape[0], scale.shape[1], 32).float() * scale.float().unsqueeze(2)
+    return blocks.reshape(w.shape)
+
+
 def register():
     """Defines sd::attention and sd::linear unless something (the C++ engine) already has."""
     global _LIB
@@ -70,6 +79,7 @@ def register():
         torch.ops.sd.attention  # noqa: B018 - raises when the op is not defined
         torch.ops.sd.linear  # noqa: B018
         torch.ops.sd.geglu  # noqa: B018
+        torch.ops.sd.expand_q8  # noqa: B018
         return
     except (AttributeError, RuntimeError):
         pass
@@ -85,6 +95,8 @@ def register():
     lib.impl("layer_norm", reference_layer_norm, "CompositeImplicitAutograd")
     lib.define("group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor")
     lib.impl("group_norm", reference_group_norm, "CompositeImplicitAutograd")
+    lib.define("expand_q8(Tensor w, Tensor scale) -> Tensor")
+    lib.impl("expand_q8", reference_expand_q8, "CompositeImplicitAutograd")
     _LIB = lib
 
 register()

@@ -110,10 +110,9 @@ at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
 
 namespace {
 
-// The row kernels (plain fp32 arithmetic, any CPU) take bf16 CPU tensors; anything else computes the same in fp32 with LibTorch.
-bool bf16_rows(const at::Tensor& x) {
-    return x.device().is_cpu() && x.scalar_type() == at::kBFloat16;
-}
+// The row kernels (plain fp32 arithmetic, any CPU) take bf16 CPU tensors; anything else computes the same in fp32 with
+// LibTorch.
+bool bf16_rows(const at::Tensor& x) { return x.device().is_cpu() && x.scalar_type() == at::kBFloat16; }
 
 const uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
 uint16_t* bits_out(at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
@@ -184,8 +183,29 @@ at::Tensor group_norm(const at::Tensor& x, int64_t groups, const c10::optional<a
     const uint16_t* in = bits(xc);
     uint16_t* o = bits_out(out);
     at::parallel_for(0, x.size(0) * groups, 1, [&](int64_t s, int64_t e) {
-        kernels::group_norm_bf16(in, o, channels, spatial, groups, floats(w), floats(b), static_cast<float>(eps), s,
-                                 e);
+        kernels::group_norm_bf16(in, o, channels, spatial, groups, floats(w), floats(b), static_cast<float>(eps), s, e);
+    });
+    return out;
+}
+
+// TorchScript would make two weight-sized temporaries (the widened int8 and the
+// product); one pass writes only the result.
+at::Tensor expand_q8(const at::Tensor& w, const at::Tensor& scale) {
+    TORCH_CHECK(w.scalar_type() == at::kChar && scale.scalar_type() == at::kHalf && scale.dim() == 2 &&
+                    w.numel() == scale.numel() * 32,
+                "sd::expand_q8: int8 weights with one fp16 scale per 32 values expected");
+    const at::Tensor q = w.contiguous(), d = scale.contiguous();
+    if (!q.device().is_cpu())
+        return (q.view({d.size(0), d.size(1), 32}).to(at::kFloat) * d.to(at::kFloat).unsqueeze(2)).view(q.sizes());
+    at::Tensor out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+    const int8_t* qp = q.data_ptr<int8_t>();
+    const at::Half* dp = d.data_ptr<at::Half>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, d.numel(), 2048, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+            const float s = static_cast<float>(dp[b]);
+            for (int64_t j = 0; j < 32; ++j) op[b * 32 + j] = static_cast<float>(qp[b * 32 + j]) * s;
+        }
     });
     return out;
 }
@@ -200,6 +220,7 @@ void register_operators() {
         lib->def("geglu(Tensor h, Tensor? bias) -> Tensor", &geglu);
         lib->def("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor", &layer_norm_last);
         lib->def("group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor", &group_norm);
+        lib->def("expand_q8(Tensor w, Tensor scale) -> Tensor", &expand_q8);
     });
 }
 

@@ -32,6 +32,10 @@ at::Tensor geglu(const at::Tensor& h, const c10::optional<at::Tensor>& bias);
 // Layer norm over the last dimension.
 at::Tensor layer_norm_last(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                            const c10::optional<at::Tensor>& bias, double eps);
+
+// sd::expand_q8: an 8-bit layer's fp32 weight, int8 w times its fp16 scale per
+// block of 32 values of a row, in one pass (the products layers.py's _expand states).
+at::Tensor expand_q8(const at::Tensor& w, const at::Tensor& scale);
 // Group norm of x [batch, channels, ...].
 at::Tensor group_norm(const at::Tensor& x, int64_t groups, const c10::optional<at::Tensor>& weight,
                       const c10::optional<at::Tensor>& bias, double eps);

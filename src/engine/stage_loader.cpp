@@ -198,8 +198,8 @@ void map_weights(torch::jit::Module& m, const std::string& path, const std::vect
             throw Error("weights file " + path + " holds 8-bit blocks for " + w.name.substr(0, w.name.size() - 6) +
                         ", a layer of its model file that cannot expand them (files of two different exports?)");
         char* data = static_cast<char*>(mapping->base) + w.begin;
-        layer->setattr("weight_scale", torch::from_blob(data, w.shape, [mapping](void*) {},
-                                                        at::TensorOptions().dtype(at::kHalf)));
+        layer->setattr("weight_scale", torch::from_blob(
+                                           data, w.shape, [mapping](void*) {}, at::TensorOptions().dtype(at::kHalf)));
         ++used;
     }
     if (used != index.size()) throw Error("weights file " + path + " holds tensors its model file does not have");
@@ -263,7 +263,7 @@ void check_stage_files(const std::string& path) { checked_weight_index(path); }
 torch::jit::Module load_stage(const std::string& path, at::ScalarType weights, c10::Device device,
                               const std::map<std::string, at::Tensor>* replace, const StageEdit& edit) {
     const auto index = checked_weight_index(path);
-    register_operators();  // the modules' code names sd::attention and sd::linear
+    register_operators();          // the modules' code names sd::attention and sd::linear
     register_blocked_operators();  // and sd_blocked::* (the ResNet blocks)
     try {
         auto m = torch::jit::load(path, torch::kCPU);

@@ -142,7 +142,6 @@ inline void read_row(float* dst, const float* f32, const uint16_t* bf16, int64_t
         std::memcpy(dst, f32, sizeof(float) * n);
 }
 
-
 #if defined(__AMX_BF16__)
 // bf16 problems on a CPU with AMX: both products on the tile unit, 16x16 fp32
 // results from 16x32 bf16 rows times 32x16 bf16 columns, the columns held as
@@ -340,8 +339,8 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
             for (int64_t r = 0; r < rows_pad; r += kTileRows) {
                 int64_t i = 0;
                 for (; i + 4 <= vecs; i += 4)
-                    value_tiles<4>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys, &o[r * dp + i * kLanes],
-                                   dp);
+                    value_tiles<4>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
+                                   &o[r * dp + i * kLanes], dp);
                 switch (vecs - i) {
                     case 3:
                         value_tiles<3>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,

@@ -168,8 +168,8 @@ SD_CLONES void geglu_bf16(const uint16_t* in, const float* bias, uint16_t* out, 
     }
 }
 
-SD_CLONES void layer_norm_bf16(const uint16_t* in, uint16_t* out, int64_t width, const float* weight,
-                               const float* bias, float eps, int64_t begin, int64_t end) {
+SD_CLONES void layer_norm_bf16(const uint16_t* in, uint16_t* out, int64_t width, const float* weight, const float* bias,
+                               float eps, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
         const uint16_t* x = in + r * width;
         uint16_t* y = out + r * width;
@@ -191,9 +191,8 @@ SD_CLONES void layer_norm_bf16(const uint16_t* in, uint16_t* out, int64_t width,
     }
 }
 
-SD_CLONES void group_norm_bf16(const uint16_t* in, uint16_t* out, int64_t channels, int64_t spatial,
-                               int64_t groups, const float* weight, const float* bias, float eps, int64_t begin,
-                               int64_t end) {
+SD_CLONES void group_norm_bf16(const uint16_t* in, uint16_t* out, int64_t channels, int64_t spatial, int64_t groups,
+                               const float* weight, const float* bias, float eps, int64_t begin, int64_t end) {
     const int64_t per_group = channels / groups, block = per_group * spatial;
     for (int64_t bg = begin; bg < end; ++bg) {
         const uint16_t* x = in + bg * block;

@@ -431,9 +431,8 @@ ResolvedModel resolve_model(const std::string& model, const ModelCacheOptions& o
     for (const auto& a : options.export_args) check_export_arg(a, "--export-arg");
     args.insert(args.end(), options.export_args.begin(), options.export_args.end());
     // A quantized GGUF's UNet stays 8-bit in the cache (0.9 GiB for SD 1.5, not 3.3) unless a --dtype is given.
-    const bool dtype_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
-        return a == "--dtype" || a.rfind("--dtype=", 0) == 0;
-    });
+    const bool dtype_given = std::any_of(
+        args.begin(), args.end(), [](const std::string& a) { return a == "--dtype" || a.rfind("--dtype=", 0) == 0; });
     if (is_gguf(model) && !dtype_given) args.insert(args.end(), {"--dtype", "auto"});
 
     const std::string sha = source_sha256(cache, model, options);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/operators.h"
 #include "engine/q8_weights.h"
 
 namespace {
@@ -50,4 +51,22 @@ TEST(Q8Weights, AQ8_0BlockRequantizesToItself) {
     auto [q, d] = sd::quantize_q8_0(x);
     EXPECT_TRUE(at::equal(q, qs));
     EXPECT_TRUE(at::equal(d.reshape({4, 1}), scales));
+}
+
+// sd::expand_q8 (the exported layers' fp32 expansion) gives the bits of the
+// TorchScript products it replaces, w.to(float) * scale.to(float) per block, for a
+// convolution's 4-d weight, a slice of its output rows (conv_split), and odd block counts.
+TEST(Q8Weights, ExpandEqualsTheTorchScriptProducts) {
+    at::manual_seed(5);
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{8, 4, 3, 8}, {5, 96}, {3, 32}}) {
+        auto [q, d] = sd::quantize_q8_0(at::randn(shape) * 3);
+        const auto expect = [](const at::Tensor& qq, const at::Tensor& dd) {
+            return (qq.reshape({dd.size(0), dd.size(1), 32}).to(at::kFloat) * dd.to(at::kFloat).unsqueeze(2))
+                .reshape(qq.sizes());
+        };
+        EXPECT_TRUE(at::equal(sd::expand_q8(q, d), expect(q, d)));
+        EXPECT_TRUE(at::equal(sd::expand_q8(q.narrow(0, 1, 2), d.narrow(0, 1, 2)), expect(q.narrow(0, 1, 2), d.narrow(0, 1, 2))));
+        EXPECT_FALSE(at::equal(sd::expand_q8(q, d), expect(q, d * 2)));  // the test sees a wrong scale
+    }
+    EXPECT_THROW(sd::expand_q8(at::zeros({2, 32}, at::kChar), at::zeros({2, 2}, at::kHalf)), c10::Error);
 }
