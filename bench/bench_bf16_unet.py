@@ -8,7 +8,7 @@ then times forwards alternating fp32 and bf16: wall and CPU seconds and the
 load average beside each. TorchScript runs the graphs as written, as the CLI
 sets it; one warm-up call each comes first and is not counted.
 
-    OMP_WAIT_POLICY=passive /usr/bin/python3 bench/bench_bf16_unet.py --model /work/bench/bf16-sd15 \\
+    OMP_WAIT_POLICY=passive /usr/bin/python3 bench/bench_bf16_unet.py --model SD15 \\
         --sizes 512 --repeats 3 [--profile 256]
 """
 

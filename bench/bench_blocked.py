@@ -9,7 +9,7 @@ oneDNN's layout as the CLI's default `--prepack on` did before), one after the
 other, each with the fused attention. Both routes share the module; the
 switch swaps each convolution's weight between its two packed forms.
 
-    OMP_WAIT_POLICY=passive bench/bench_blocked.py --model /work/bench/blocked-sd15 \\
+    OMP_WAIT_POLICY=passive bench/bench_blocked.py --model SD15 \\
         --unet-sizes 256 512 --vae-sizes 512 --repeats 3
 
 Prints one Markdown row per timed pass (wall and CPU seconds, load average before it)
