@@ -26,6 +26,9 @@ for _ in 1 2 3; do
   for p in bf16 fp32; do t "$B" --model "$M2" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler euler_a --schedule trailing --steps 1 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/turbo; done
 done
 echo "### stand-ins: no AMX (AVX512_CORE_BF16) bf16 and fp32; AVX2 fp32"
+echo "per-core instruction peaks (fp32 FMA against avx512_bf16's dot product; cmake --build build --target bench_isa_peak)"
+[ -x build/bench_isa_peak ] && build/bench_isa_peak 2
+DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 bench/bench_speed.sh --model "$M" --sizes 512 --no-cli --profile-size 0 --profile-vae-size 0 2>&1 | grep -E "^fp32 bound|^bf16 peak"
 for p in fp32 bf16; do DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --precision $p --outdir "$O"/isa; done
 SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
 SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 256 --W 256 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
