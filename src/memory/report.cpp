@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -30,6 +31,12 @@ std::string measurement_report(const MemoryPlan& plan, const StagePeaks& m, cons
                       format_size(static_cast<double>(m.encode_kept)).c_str(), t.encode_load, t.last_encode);
         out += buf;
     }
+    // Measuring a stage resets the kernel's peak counter, so an outside tool
+    // (/usr/bin/time) sees the last stage's peak only: give the whole run's here.
+    const long long run_peak = std::max({m.text, m.unet, m.vae, m.encode});
+    out += "  whole run peak: predicted " + format_size(plan.peak()) + measured_what +
+           format_size(static_cast<double>(run_peak)) +
+           " (the largest stage; with --verbose, /usr/bin/time's maximum RSS covers the last stage only)\n";
     std::snprintf(
         buf, sizeof buf,
         "sd-txt2img: timing: text encoder load %.2f s, UNet load %.2f s, VAE load %.2f s, first prompts encoded "

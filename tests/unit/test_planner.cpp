@@ -323,3 +323,19 @@ TEST(Planner, LoraMergeCountsAtLoad) {
     s.sequential = true;
     EXPECT_GT(sd::predict(sd15(), r, 170 * MiB, s).peak(), sd::predict(sd15(), request(512, 1, 16 * GiB), 170 * MiB, s).peak() + 4 * GiB);
 }
+
+TEST(VerboseReport, GivesTheWholeRunPeakAsTheLargestStage) {
+    const auto plan = sd::plan_memory(sd15(), request(512, 1, 16 * GiB), 170 * MiB);
+    sd::StagePeaks m;
+    m.text = static_cast<long long>(0.6 * GiB);
+    m.unet = static_cast<long long>(3.25 * GiB);
+    m.vae = static_cast<long long>(1.5 * GiB);
+    const std::string report = sd::measurement_report(plan, m, sd::StageTimes{}, false);
+    const auto at = report.find("whole run peak: predicted " + sd::format_size(plan.peak()));
+    ASSERT_NE(at, std::string::npos) << report;
+    const std::string line = report.substr(at, report.find('\n', at) - at);
+    EXPECT_NE(line.find("measured " + sd::format_size(3.25 * GiB)), std::string::npos) << line;
+    m.encode = static_cast<long long>(4 * GiB);  // the VAE encoder's stage counts too
+    EXPECT_NE(sd::measurement_report(plan, m, sd::StageTimes{}, false).find("measured " + sd::format_size(4 * GiB)),
+              std::string::npos);
+}
