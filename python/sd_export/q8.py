@@ -45,10 +45,9 @@ def quantize_q8_0(w):
 def gguf_q8_0_blocks(ckpt, key):
     """The q8_0 blocks of checkpoint tensor `key` when it is one in a GGUF file (through the
     --vae / --unet-gguf overlays): (int8 [blocks, 32], fp16 [blocks]); else None."""
+    from .checkpoints import file_of
     from .gguf_io import GgufFile
-    f, k = ckpt, key
-    while hasattr(f, "_part"):  # checkpoints.TensorOverlay
-        f, k = f._part(k)
+    f, k = file_of(ckpt, key)
     return f.q8_0_blocks(k) if isinstance(f, GgufFile) else None
 
 
@@ -58,14 +57,13 @@ QUANTIZED_GGUF_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 def quantized_source(ckpt, module, kmap):
     """Whether any narrowable layer's weight comes from a quantized GGUF tensor (`--dtype
     auto`: the user chose 8 bits or fewer for the UNet, so the export keeps 8)."""
+    from .checkpoints import file_of
     from .gguf_io import GgufFile
     for name, _ in narrowable_layers(module):
         ref = kmap.get(name + ".weight")
         if ref is None:
             continue
-        f, k = ckpt, ref.key
-        while hasattr(f, "_part"):  # checkpoints.TensorOverlay
-            f, k = f._part(k)
+        f, k = file_of(ckpt, ref.key)
         if isinstance(f, GgufFile) and f.dtype_name(k) in QUANTIZED_GGUF_TYPES:
             return True
     return False
