@@ -30,10 +30,14 @@ def narrowable_layers(module):
 def quantize_q8_0(w):
     """(int8 values in w's shape, fp16 scales [rows, row / 32]) as numpy arrays: per block,
     d = max|x| / 127, q = round(x * (1 / d)) rounding halves away from zero (std::round),
-    all in float32, d stored as fp16 (round to nearest even)."""
+    all in float32, d stored as fp16 (round to nearest even); a block whose d is not a normal
+    float is all zeros with d = 0."""
     import torch
     x = w.detach().to(torch.float32).contiguous().numpy().reshape(-1, BLOCK)
     scale = np.abs(x).max(axis=1) / np.float32(127)
+    # A scale that is not a normal float (max|x| below ~1.5e-36) may have no float reciprocal
+    # (1 / 7.9e-41 overflows): such a block is stored as zeros with d = 0, as in the C++ one.
+    scale[scale < np.finfo(np.float32).tiny] = 0
     inv = np.zeros_like(scale)
     np.divide(np.float32(1), scale, out=inv, where=scale != 0)
     p = x * inv[:, None]

@@ -37,6 +37,32 @@ def cpu_has_bf16():
     return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
+class Quantizer(unittest.TestCase):
+    """sd_export/q8.py's quantize_q8_0 on the blocks at the edges of float32."""
+
+    def test_blocks_too_small_for_a_reciprocal_are_zeros(self):
+        # max|x| / 127 below the smallest normal float: 1 / d overflowed (a RuntimeWarning on the
+        # export's stderr) and inf or NaN was cast to int8. Such a block is zeros with d = 0, as
+        # the C++ quantize_q8_0 stores it (Q8Weights.BlocksTooSmallForAReciprocalAreZeros).
+        import warnings
+
+        import torch
+
+        from sd_export.q8 import quantize_q8_0
+        tiny = np.finfo(np.float32).tiny
+        maxima = [1e-36, 1e-37, 1e-38, 1e-40, float(np.finfo(np.float32).smallest_subnormal)]
+        w = torch.zeros(len(maxima) + 1, 32)
+        for b, m in enumerate(maxima):
+            w[b, 3], w[b, 7] = m, -m / 2
+        w[-1, 0], w[-1, 1] = 127 * tiny, -63.5 * tiny  # the smallest normal scale: quantized as usual
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            q, d = quantize_q8_0(w)
+        self.assertEqual(np.abs(q[:-1].astype(np.int32)).sum(), 0, q[:-1])
+        self.assertTrue((d[:-1] == 0).all(), d)
+        self.assertEqual((q[-1, 0], q[-1, 1]), (127, -64))
+
+
 class Q8Files(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
