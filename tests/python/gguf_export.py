@@ -18,13 +18,9 @@ import gguf_writer as gw
 from sd_export.cli import main as export_main
 from sd_export.gguf_io import GgufFile
 from sd_export.safetensors_io import SafetensorsFile, read_tensors
+from tool_runs import GGUF as SHARED_GGUF
+from tool_runs import REPO, TINY, TINY_ARGS
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIX = os.path.join(REPO, "tests", "fixtures")
-SHARED_GGUF = os.path.normpath(os.path.join(REPO, "..", "shared", "conformance", "gguf"))
-TINY = os.path.join(FIX, "tiny", "tiny.safetensors")
-TINY_ARGS = ["--config", os.path.join(FIX, "tiny", "v1-tiny.yaml"),
-             "--text-config", os.path.join(FIX, "tiny", "text_encoder.json")]
 UNET = "model.diffusion_model."
 
 
