@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
+#include "io/weight_file.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -85,7 +87,9 @@ int narrow_to_q8(torch::jit::Module& m, const std::string& path) {
         try {
             qd = quantize_q8_0(w);
         } catch (const Error& e) {
-            throw Error("--weights q8: model file " + path + ": its tensor " + named.name + ".weight " + e.what());
+            // The weights sit in the stage's .weights file (a folder from before them: in the .pt).
+            const std::string file = std::filesystem::exists(weight_file_for(path)) ? weight_file_for(path) : path;
+            throw Error("--weights q8: model file " + file + ": its tensor " + named.name + ".weight " + e.what());
         }
         auto& [q, d] = qd;
         w.set_data(q);  // the old data's last use: its file pages go
