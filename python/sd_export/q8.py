@@ -30,10 +30,14 @@ def narrowable_layers(module):
 def quantize_q8_0(w):
     """(int8 values in w's shape, fp16 scales [rows, row / 32]) as numpy arrays: per block,
     d = max|x| / 127, q = round(x * (1 / d)) rounding halves away from zero (std::round),
-    all in float32, d stored as fp16 (round to nearest even)."""
+    all in float32, d stored as fp16 (round to nearest even); a block whose d is not a normal
+    float is all zeros with d = 0."""
     import torch
     x = w.detach().to(torch.float32).contiguous().numpy().reshape(-1, BLOCK)
     scale = np.abs(x).max(axis=1) / np.float32(127)
+    # A scale that is not a normal float (max|x| below ~1.5e-36) may have no float reciprocal
+    # (1 / 7.9e-41 overflows): such a block is stored as zeros with d = 0, as in the C++ one.
+    scale[scale < np.finfo(np.float32).tiny] = 0
     inv = np.zeros_like(scale)
     np.divide(np.float32(1), scale, out=inv, where=scale != 0)
     p = x * inv[:, None]
@@ -45,10 +49,9 @@ def quantize_q8_0(w):
 def gguf_q8_0_blocks(ckpt, key):
     """The q8_0 blocks of checkpoint tensor `key` when it is one in a GGUF file (through the
     --vae / --unet-gguf overlays): (int8 [blocks, 32], fp16 [blocks]); else None."""
+    from .checkpoints import file_of
     from .gguf_io import GgufFile
-    f, k = ckpt, key
-    while hasattr(f, "_part"):  # checkpoints.TensorOverlay
-        f, k = f._part(k)
+    f, k = file_of(ckpt, key)
     return f.q8_0_blocks(k) if isinstance(f, GgufFile) else None
 
 
@@ -58,14 +61,13 @@ QUANTIZED_GGUF_TYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 def quantized_source(ckpt, module, kmap):
     """Whether any narrowable layer's weight comes from a quantized GGUF tensor (`--dtype
     auto`: the user chose 8 bits or fewer for the UNet, so the export keeps 8)."""
+    from .checkpoints import file_of
     from .gguf_io import GgufFile
     for name, _ in narrowable_layers(module):
         ref = kmap.get(name + ".weight")
         if ref is None:
             continue
-        f, k = ckpt, ref.key
-        while hasattr(f, "_part"):  # checkpoints.TensorOverlay
-            f, k = f._part(k)
+        f, k = file_of(ckpt, ref.key)
         if isinstance(f, GgufFile) and f.dtype_name(k) in QUANTIZED_GGUF_TYPES:
             return True
     return False

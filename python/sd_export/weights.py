@@ -3,6 +3,7 @@ map (every weight checked first: present, the right shape, a float type), or ran
 
 import math
 
+from .checkpoints import load_finite
 from .report import ExportError
 
 
@@ -95,7 +96,7 @@ def load_weights(ckpt, modules, maps, dtype=None):
             users.setdefault(ref.key, []).append((stage, mk, ref))
     owners = {stage: dict(module.named_modules()) for stage, module in modules.items()}
     for key, uses in users.items():
-        full = ckpt.load(key)
+        full = load_finite(ckpt, key)
         for stage, mk, ref in uses:
             owner_name, _, attr = mk.rpartition(".")
             param = getattr(owners[stage][owner_name], attr)

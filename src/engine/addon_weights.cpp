@@ -1,5 +1,7 @@
 #include "engine/addon_weights.h"
 
+#include <cmath>
+
 #include "sd/error.h"
 
 namespace sd {
@@ -27,6 +29,15 @@ std::string float_dtype_problem(const at::Tensor& t) {
                        : s == at::kBool  ? "BOOL"
                                          : c10::toString(s);
     return std::string("has dtype ") + name + ", expected a float type";
+}
+
+std::string non_finite_problem(const at::Tensor& t) {
+    if (!t.is_floating_point()) return "";
+    // NaN and infinities carry through a sum: one pass without a temporary; only a sum that
+    // is not finite (large finite values can make one too) is looked at value by value.
+    const at::ScalarType acc = t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    if (std::isfinite(t.sum(acc).item<double>()) || at::isfinite(t).all().item<bool>()) return "";
+    return "holds NaN or infinite values";
 }
 
 }  // namespace sd

@@ -21,4 +21,8 @@ NamedTensors read_addon_weights(const std::string& path, const std::string& what
 // "has dtype I64, expected a float type" when the tensor is not a float, else "".
 std::string float_dtype_problem(const at::Tensor& t);
 
+// "holds NaN or infinite values" when a float tensor does, else "": such a weight makes
+// NaN or black pictures with no other sign.
+std::string non_finite_problem(const at::Tensor& t);
+
 }  // namespace sd

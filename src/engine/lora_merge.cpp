@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "engine/addon_weights.h"
 #include "engine/tensor_file.h"
 #include "io/printable.h"
 #include "io/tensor_reader.h"
@@ -21,8 +22,8 @@ std::pair<at::Tensor, at::Tensor> read_pair(const LoraFile& file, const LoraModu
     std::pair<at::Tensor, at::Tensor> out;
     for (auto& [name, tensor] : t) {
         at::Tensor f = tensor.to(at::kFloat);
-        if (!at::isfinite(f).all().item<bool>())
-            throw Error("LoRA file " + file.path + ": its tensor " + printable(name) + " holds NaN or infinite values");
+        if (const std::string p = non_finite_problem(f); !p.empty())
+            throw Error("LoRA file " + file.path + ": its tensor " + printable(name) + " " + p);
         (name == m.down.name ? out.first : out.second) = f;
     }
     return out;

@@ -23,6 +23,8 @@
 #include "engine/vae_codec.h"
 #include "engine/web_noise.h"
 #include "io/embedding_file.h"
+#include "kernels/attention_kernel.h"
+#include "kernels/blocked_kernel.h"
 #include "memory/planner.h"
 #include "sd/error.h"
 #include "sd/tokenizer.h"
@@ -95,6 +97,8 @@ private:
 
 TorchPipeline::TorchPipeline(const PipelineOptions& options) : options_(options) {
     if (options.attention != "auto") parse_attention(options.attention);  // reject bad names up front
+    for (const std::string& problem : {kernels::attention_isa_problem(), kernels::blocked_isa_problem()})
+        if (!problem.empty()) throw Error(problem);  // a misspelt kernel switch, before anything loads
     compute_ = resolve_compute(options);
     if (options.batch_size && *options.batch_size < 1) throw Error("--batch-size must be at least 1");
     if (options.vae_tile && *options.vae_tile < 0) throw Error("--vae-tiling takes auto, on, off or a tile size");

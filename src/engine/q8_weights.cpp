@@ -2,8 +2,12 @@
 
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <limits>
 
+#include "io/weight_file.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -28,17 +32,28 @@ std::pair<at::Tensor, at::Tensor> quantize_q8_0(const at::Tensor& w) {
     const float* src = x.data_ptr<float>();
     int8_t* qp = q.data_ptr<int8_t>();
     at::Half* dp = d.data_ptr<at::Half>();
+    std::atomic<bool> non_finite{false};
     at::parallel_for(0, blocks, 1024, [&](int64_t begin, int64_t end) {
         for (int64_t b = begin; b < end; ++b) {
             const float* v = src + b * kBlock;
             float amax = 0.0f;
-            for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-            const float scale = amax / 127.0f;
+            bool finite = true;
+            for (int64_t j = 0; j < kBlock; ++j) {
+                amax = std::max(amax, std::fabs(v[j]));
+                finite = finite && std::isfinite(v[j]);
+            }
+            if (!finite) non_finite = true;  // NaN or inf would cast to int8 undefined
+            float scale = amax / 127.0f;
+            // A scale that is not a normal float (max|x| below ~1.5e-36) may have no float
+            // reciprocal (1 / 1e-40 is inf, and 0 * inf NaN): the block is stored as zeros with
+            // d = 0, as ggml's k-quants store a block of near-zero values.
+            if (!finite || scale < std::numeric_limits<float>::min()) scale = 0.0f;
             const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
             dp[b] = at::Half(scale);
             for (int64_t j = 0; j < kBlock; ++j) qp[b * kBlock + j] = static_cast<int8_t>(std::round(v[j] * inv));
         }
     });
+    if (non_finite) throw Error("holds NaN or infinite values");
     return {q, d};
 }
 
@@ -61,13 +76,22 @@ int expand_q8(torch::jit::Module& m) {
 int narrow_to_q8(torch::jit::Module& m, const std::string& path) {
     int narrowed = 0;
     bool any_layer = false;
-    for (auto sub : m.modules()) {
+    for (const auto& named : m.named_modules()) {
+        auto sub = named.value;
         if (!sub.hasattr("weight_scale") || !sub.hasattr("weight")) continue;
         any_layer = true;
         if (!sub.attr("weight_scale").isNone()) continue;  // already 8-bit
         at::Tensor w = sub.attr("weight").toTensor();
         if (!narrowable(w)) continue;
-        auto [q, d] = quantize_q8_0(w);
+        std::pair<at::Tensor, at::Tensor> qd;
+        try {
+            qd = quantize_q8_0(w);
+        } catch (const Error& e) {
+            // The weights sit in the stage's .weights file (a folder from before them: in the .pt).
+            const std::string file = std::filesystem::exists(weight_file_for(path)) ? weight_file_for(path) : path;
+            throw Error("--weights q8: model file " + file + ": its tensor " + named.name + ".weight " + e.what());
+        }
+        auto& [q, d] = qd;
         w.set_data(q);  // the old data's last use: its file pages go
         sub.setattr("weight_scale", d);
         ++narrowed;

@@ -12,7 +12,7 @@ namespace sd {
 // as fp16, q = round(x / d)), one layer at a time (each layer's file pages are handed
 // back as it is replaced). Every other floating-point parameter is held as fp32.
 // Returns the count narrowed. Throws sd::Error when m's code has no 8-bit layers (an
-// export made before them).
+// export made before them) or a weight holds NaN or infinite values.
 int narrow_to_q8(torch::jit::Module& m, const std::string& path);
 
 // Expands every 8-bit layer of m (a --dtype q8_0 export's, as mapped) into an fp32 weight,
@@ -22,7 +22,9 @@ int narrow_to_q8(torch::jit::Module& m, const std::string& path);
 int expand_q8(torch::jit::Module& m);
 
 // The q8_0 blocks of a float tensor whose rows are whole blocks: {int8 values in the
-// tensor's shape, fp16 scales [rows, row / 32]}.
+// tensor's shape, fp16 scales [rows, row / 32]}. A block whose scale is not a normal float
+// (max|x| below ~1.5e-36) is all zeros with d = 0. Throws sd::Error("holds NaN or infinite
+// values") for a tensor that does.
 std::pair<at::Tensor, at::Tensor> quantize_q8_0(const at::Tensor& w);
 
 }  // namespace sd

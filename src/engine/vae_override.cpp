@@ -42,6 +42,8 @@ std::map<std::string, at::Tensor> read_vae_override(const std::string& path, con
             throw Error("--vae " + path + " lacks the tensor " + e.name + " of this model's VAE decoder");
         if (const std::string p = float_dtype_problem(it->second); !p.empty())
             throw Error("--vae " + path + ": " + e.name + " " + p);
+        if (const std::string p = non_finite_problem(it->second); !p.empty())
+            throw Error("--vae " + path + ": its tensor " + e.name + " " + p);
         if (it->second.sizes() != at::IntArrayRef(e.shape))
             throw Error("--vae " + path + ": " + e.name + " is " + shape_text(it->second.sizes().vec()) +
                         ", this model's VAE has " + shape_text(e.shape) + " (a VAE for another model family?)");

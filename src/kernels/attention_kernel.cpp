@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -82,11 +83,23 @@ const AttentionKernel* attention_kernel_named(const char* name) {
     return nullptr;
 }
 
+std::string attention_isa_problem() {
+    const char* want = std::getenv("SD_ATTENTION_ISA");
+    if (!want || !*want) return "";
+    for (const auto& k : kKernels)
+        if (std::strcmp(want, k.name) == 0) return "";
+    return std::string("SD_ATTENTION_ISA=") + want + " names no attention kernel (it takes avx512, avx2, baseline or amx)";
+}
+
 const AttentionKernel& attention_kernel() {
     static const AttentionKernel* chosen = [] {
         const char* want = std::getenv("SD_ATTENTION_ISA");
-        if (want)
+        if (want && *want) {
             if (const AttentionKernel* k = attention_kernel_named(want)) return k;
+            // Unknown names were refused before the run (attention_isa_problem); one this CPU lacks: go on.
+            std::fprintf(stderr, "sd-txt2img: warning: SD_ATTENTION_ISA=%s: this CPU cannot run that kernel; using "
+                         "the widest it runs\n", want);
+        }
         for (int i = 0; i < 3; ++i)
             if (cpu_runs(i)) return &kKernels[i];
         return &kKernels[2];
@@ -96,7 +109,8 @@ const AttentionKernel& attention_kernel() {
 
 const AttentionKernel& attention_kernel_bf16() {
     static const AttentionKernel* chosen = [] {
-        if (!std::getenv("SD_ATTENTION_ISA") && cpu_runs(kAmxKernel)) return &kKernels[kAmxKernel];
+        const char* want = std::getenv("SD_ATTENTION_ISA");
+        if ((!want || !*want) && cpu_runs(kAmxKernel)) return &kKernels[kAmxKernel];
         return &attention_kernel();
     }();
     return *chosen;

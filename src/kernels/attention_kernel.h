@@ -5,6 +5,7 @@
 // (AVX-512, AVX2+FMA, baseline) and the caller picks one at run time.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace sd::kernels {
 
@@ -49,7 +50,7 @@ struct AttentionKernel {
 };
 
 // The widest kernel this CPU runs (SD_ATTENTION_ISA=avx512|avx2|baseline
-// picks one for tests and benchmarks; one the CPU lacks is not taken).
+// picks one for tests and benchmarks; one the CPU lacks: a warning, then the widest).
 const AttentionKernel& attention_kernel();
 
 // For bf16 problems: the AMX build ("amx": both products on tiles) where the
@@ -59,5 +60,8 @@ const AttentionKernel& attention_kernel_bf16();
 // The kernel of that name ("avx512", "avx2", "baseline", "amx"), or nullptr when
 // this CPU cannot run it.
 const AttentionKernel* attention_kernel_named(const char* name);
+
+// "" when SD_ATTENTION_ISA is unset, empty or a kernel's name; else the one line refusing it.
+std::string attention_isa_problem();
 
 }  // namespace sd::kernels

@@ -1,5 +1,6 @@
 #include "kernels/blocked_kernel.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -56,9 +57,25 @@ const BlockedKernel* blocked_kernel_named(const char* name) {
     return nullptr;
 }
 
+std::string blocked_isa_problem() {
+    const char* want = std::getenv("SD_BLOCKED_ISA");
+    if (!want || !*want || std::strcmp(want, "none") == 0) return "";
+    for (const auto* k : kKernels)
+        if (std::strcmp(want, k->name) == 0) return "";
+    return std::string("SD_BLOCKED_ISA=") + want + " names no blocked-layout build (it takes avx512, avx2 or none)";
+}
+
 const BlockedKernel* blocked_kernel() {
     static const BlockedKernel* chosen = [] {
-        if (const char* want = std::getenv("SD_BLOCKED_ISA")) return blocked_kernel_named(want);
+        const char* want = std::getenv("SD_BLOCKED_ISA");
+        if (want && std::strcmp(want, "none") == 0) return static_cast<const BlockedKernel*>(nullptr);
+        if (want && *want) {
+            if (const BlockedKernel* k = blocked_kernel_named(want)) return k;
+            // An unknown name was refused before the run (blocked_isa_problem); a known one this
+            // CPU or DNNL_MAX_CPU_ISA rules out is a setting made for another machine: go on.
+            std::fprintf(stderr, "sd-txt2img: warning: SD_BLOCKED_ISA=%s: this CPU or build cannot run it; using "
+                         "the widest it runs\n", want);
+        }
         for (const auto* k : kKernels)
             if (cpu_runs(*k)) return k;
         return static_cast<const BlockedKernel*>(nullptr);

@@ -7,6 +7,7 @@
 // convolutions themselves, without LibTorch.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace sd::kernels {
 
@@ -26,9 +27,13 @@ struct BlockedKernel {
 };
 
 // The widest build this CPU runs and oneDNN may use (SD_BLOCKED_ISA=avx2 or
-// avx512 asks for one; DNNL_MAX_CPU_ISA=AVX2 rules AVX-512 out), or nullptr where
-// none (no AVX2, or no oneDNN in this build): the blocked route is then off.
+// avx512 asks for one, none for the plain route; DNNL_MAX_CPU_ISA=AVX2 rules AVX-512
+// out), or nullptr where none (no AVX2, or no oneDNN in this build): the blocked route
+// is then off. A build asked for that this CPU cannot run: a warning, then the widest.
 const BlockedKernel* blocked_kernel();
+// "" when SD_BLOCKED_ISA is unset, empty, "none" or a build's name; else the one line
+// refusing it (a misspelt name would silently change the route a benchmark measures).
+std::string blocked_isa_problem();
 // The build of that name if this CPU runs it (tests compare them), else nullptr.
 const BlockedKernel* blocked_kernel_named(const char* name);
 

@@ -326,6 +326,36 @@ TEST(BadInput, UnknownFlag) {
     expect_clean_failure(run(args), "--no-such-flag");
 }
 
+// The kernel switches (docs/cli.md, "Environment"): a misspelt value is refused before anything
+// loads (it used to change the route a benchmark measured without a word).
+TEST(BadInput, UnknownKernelSwitchValues) {
+    for (const std::string env : {"SD_BLOCKED_ISA=avx521", "SD_ATTENTION_ISA=sse9"}) {
+        SCOPED_TRACE(env);
+        const std::string out = sdtest::temp_dir() + "/out";
+        auto args = base_args(good_model(), out);
+        args.insert(args.begin(), {"/usr/bin/env", env});
+        const auto r = run(args);
+        expect_clean_failure(r, env + " names no");
+        EXPECT_EQ(r.exit_code, 1);
+        EXPECT_FALSE(std::filesystem::exists(out + "/00000.png"));
+    }
+}
+
+// A build this CPU cannot run (DNNL_MAX_CPU_ISA=AVX2 rules out AVX-512 and AMX on any CPU): a
+// setting made for another machine, so one warning line each and the run goes on.
+TEST(KernelSwitches, ABuildThisCpuCannotRunIsAWarning) {
+    const std::string out = sdtest::temp_dir();
+    auto args = base_args(good_model(), out);
+    args.insert(args.begin(), {"/usr/bin/env", "DNNL_MAX_CPU_ISA=AVX2", "SD_BLOCKED_ISA=avx512", "SD_ATTENTION_ISA=amx"});
+    args.insert(args.end(), {"--prepack", "on", "--attention", "fused"});
+    const auto r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(sdtest::lines(r.err).size(), 2u) << r.err;
+    EXPECT_NE(r.err.find("warning: SD_BLOCKED_ISA=avx512: this CPU or build cannot run it"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("warning: SD_ATTENTION_ISA=amx: this CPU cannot run that kernel"), std::string::npos) << r.err;
+    EXPECT_TRUE(std::filesystem::is_regular_file(out + "/00000.png"));
+}
+
 TEST(BadInput, MissingPromptFile) {
     std::vector<std::string> args = {sdtest::cli(), "--model", good_model(), "--from-file", "/nonexistent/prompts.txt"};
     expect_clean_failure(run(args), "/nonexistent/prompts.txt");
@@ -562,6 +592,15 @@ TEST(Trust, NanWeightsStopTheRunWithoutAnImage) {
         auto r = run(base_args(m, out));
         EXPECT_EQ(r.exit_code, 2) << r.err;
         expect_no_image(r, out, says);
+        if (file != "unet.weights") continue;
+        // --weights q8 narrows them at load: refused there, naming the file and a layer (NaN was
+        // cast to int8 as whatever the CPU gives, and no NaN reached the latents).
+        auto q8 = base_args(m, out);
+        q8.insert(q8.end(), {"--weights", "q8"});
+        r = run(q8);
+        EXPECT_EQ(r.exit_code, 1) << r.err;
+        expect_no_image(r, out, "unet.weights: its tensor ");
+        EXPECT_NE(r.err.find(".weight holds NaN or infinite values"), std::string::npos) << r.err;
     }
 }
 

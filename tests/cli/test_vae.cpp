@@ -154,7 +154,7 @@ TEST(VaeDecoder, WrongTensorsAreNamed) {
 
 // --vae: standalone VAE files written with the export package's safetensors
 // writer from the tiny model's own VAE (both key styles), changed weights, a
-// wrong shape, a truncated file; and the same file given to the export.
+// wrong shape, NaN weights, a truncated file; and the same file given to the export.
 class VaeOverride : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
@@ -171,6 +171,8 @@ protected:
             "write_safetensors(out + '/scaled.safetensors', list(scaled.items()))\n"
             "bad = {k: (v[:, :2] if k == 'decoder.conv_in.weight' else v) for k, v in vae.items()}\n"
             "write_safetensors(out + '/wrong_shape.safetensors', list(bad.items()))\n"
+            "nan = {k: (v * float('nan') if k == 'decoder.conv_out.weight' else v) for k, v in vae.items()}\n"
+            "write_safetensors(out + '/nan.safetensors', list(nan.items()))\n"
             "data = open(out + '/bare.safetensors', 'rb').read()\n"
             "open(out + '/truncated.safetensors', 'wb').write(data[:len(data) // 2])\n";
         sdtest::write_text(*dir_ + "/make.py", script);
@@ -221,6 +223,9 @@ TEST_F(VaeOverride, BadFilesAreOneLine) {
     const std::string out = *dir_ + "/bad";
     expect_one_line_error(run_tiny(out, {"--vae", *dir_ + "/wrong_shape.safetensors"}), "decoder.conv_in.weight is [64,2,3,3]");
     expect_one_line_error(run_tiny(out, {"--vae", *dir_ + "/truncated.safetensors"}), "truncated.safetensors");
+    // A NaN weight: refused before sampling (it made a NaN picture, "the VAE decoder gave NaN").
+    expect_one_line_error(run_tiny(out, {"--vae", *dir_ + "/nan.safetensors"}),
+                          "nan.safetensors: its tensor decoder.conv_out.weight holds NaN or infinite values");
     expect_one_line_error(run_tiny(out, {"--vae", *dir_ + "/none.safetensors"}), "none.safetensors");
     sdtest::write_text(*dir_ + "/unet.safetensors", sdtest::read_text(tiny_model() + "/unet.weights"));
     expect_one_line_error(run_tiny(out, {"--vae", *dir_ + "/unet.safetensors"}), "holds no VAE decoder tensors");

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "engine/operators.h"
 #include "engine/q8_weights.h"
+#include "sd/error.h"
 
 namespace {
 
@@ -51,6 +54,42 @@ TEST(Q8Weights, AQ8_0BlockRequantizesToItself) {
     auto [q, d] = sd::quantize_q8_0(x);
     EXPECT_TRUE(at::equal(q, qs));
     EXPECT_TRUE(at::equal(d.reshape({4, 1}), scales));
+}
+
+// A block whose scale max|x| / 127 is not a normal float has no safe reciprocal (1 / 7.9e-41
+// is inf, then 0 * inf NaN, and casting either to int8 is undefined): it is stored as zeros
+// with d = 0, like a zero block. The smallest normal scale quantizes as any other block.
+TEST(Q8Weights, BlocksTooSmallForAReciprocalAreZeros) {
+    const float tiny = std::numeric_limits<float>::min();  // 1.18e-38
+    const std::vector<float> maxima = {1e-36f, 1e-37f, 1e-38f, 1e-40f, std::numeric_limits<float>::denorm_min()};
+    at::Tensor w = at::zeros({static_cast<int64_t>(maxima.size()) + 1, 32});
+    for (size_t b = 0; b < maxima.size(); ++b) {
+        w[b][3] = maxima[b];
+        w[b][7] = -maxima[b] / 2;  // the rest 0
+    }
+    const int64_t normal = w.size(0) - 1;
+    w[normal][0] = 127.0f * tiny;
+    w[normal][1] = -63.5f * tiny;
+    auto [q, d] = sd::quantize_q8_0(w);
+    for (size_t b = 0; b < maxima.size(); ++b) {
+        EXPECT_EQ(static_cast<float>(d[b][0].item<at::Half>()), 0.0f) << maxima[b];
+        EXPECT_EQ(q[b].abs().sum().item<int64_t>(), 0) << maxima[b] << ": " << q[b];
+    }
+    EXPECT_EQ(q[normal][0].item<int8_t>(), 127);
+    EXPECT_EQ(q[normal][1].item<int8_t>(), -64);  // -63.5 rounds away from zero
+}
+
+TEST(Q8Weights, NonFiniteWeightsAreRefused) {
+    for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+        at::Tensor w = at::ones({2, 64});
+        w[1][40] = bad;
+        try {
+            sd::quantize_q8_0(w);
+            ADD_FAILURE() << bad << " was quantized";
+        } catch (const sd::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("holds NaN or infinite values"), std::string::npos) << e.what();
+        }
+    }
 }
 
 // sd::expand_q8 (the exported layers' fp32 expansion) gives the bits of the

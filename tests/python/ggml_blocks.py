@@ -14,8 +14,9 @@ import gguf_export as ge
 import gguf_writer as gw
 from sd_export.gguf_io import INT_TYPES, READ_TYPES, GgufFile
 from sd_export.safetensors_io import SafetensorsFile, read_tensors
+from tool_runs import REPO
 
-BLOCKS = os.path.join(ge.REPO, "tests", "data", "ggml-blocks")
+BLOCKS = os.path.join(REPO, "tests", "data", "ggml-blocks")
 K_QUANTS = ("q2_K", "q3_K", "q4_K", "q5_K", "q6_K")
 # The tiny UNet's one weight whose rows are whole super-blocks of 256; the k-quant files hold ggml's
 # quantization of it.

@@ -18,13 +18,9 @@ import gguf_writer as gw
 from sd_export.cli import main as export_main
 from sd_export.gguf_io import GgufFile
 from sd_export.safetensors_io import SafetensorsFile, read_tensors
+from tool_runs import GGUF as SHARED_GGUF
+from tool_runs import REPO, TINY, TINY_ARGS
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIX = os.path.join(REPO, "tests", "fixtures")
-SHARED_GGUF = os.path.normpath(os.path.join(REPO, "..", "shared", "conformance", "gguf"))
-TINY = os.path.join(FIX, "tiny", "tiny.safetensors")
-TINY_ARGS = ["--config", os.path.join(FIX, "tiny", "v1-tiny.yaml"),
-             "--text-config", os.path.join(FIX, "tiny", "text_encoder.json")]
 UNET = "model.diffusion_model."
 
 
@@ -337,6 +333,28 @@ class UnetGguf(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertEqual(len(lines), 1, lines)
         self.assertIn("missing " + UNET + list(self.unet)[0], lines[0])
+
+    def test_non_finite_values_refused(self):
+        """A NaN in an f32 tensor, an infinite fp16 scale in a q8_0 block: one line naming the GGUF
+        file and the tensor, exit 1 (they exported as NaN weights before)."""
+        key = next(k for k, v in self.unet.items() if v.dim() == 2 and v.shape[1] % 32 == 0)
+        rows, cols = self.unet[key].shape
+        spoiled = self.unet[key].clone()
+        spoiled[rows // 2, cols // 2] = float("nan")
+        blocks = np.zeros(rows * cols // 32, dtype=[("d", "<f2"), ("qs", "i1", 32)])
+        blocks["d"], blocks["qs"] = 0.01, 1
+        blocks["d"][len(blocks) // 2] = np.inf
+        for name, tensor in (("nan-f32.gguf", gw.f32_tensor(key, spoiled.numpy())),
+                             ("inf-q8_0.gguf", gw.Tensor(key, (rows, cols), "q8_0", blocks.tobytes()))):
+            with self.subTest(name):
+                path = self.write(name, [tensor if k == key else gw.f32_tensor(k, v.numpy())
+                                         for k, v in self.unet.items()])
+                out = os.path.join(self.tmp.name, "out-" + name)
+                rc, lines = run_export([TINY, "--unet-gguf", path, "--out", out, *TINY_ARGS])
+                self.assertEqual(rc, 1, lines)
+                self.assertEqual(len(lines), 1, lines)
+                self.assertIn(f"{path}: its tensor {key!r} holds NaN or infinite values", lines[0])
+                self.assertFalse(os.path.exists(out))
 
 
 if __name__ == "__main__":

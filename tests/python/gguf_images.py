@@ -5,46 +5,12 @@ and ../shared/conformance/gguf."""
 
 import io
 import os
-import re
-import struct
-import subprocess
-import sys
 import tempfile
 import unittest
 
+import tool_runs
 from sd_export.safetensors_io import read_tensors, write_safetensors
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIX = os.path.join(REPO, "tests", "fixtures")
-GGUF = os.path.normpath(os.path.join(REPO, "..", "shared", "conformance", "gguf"))
-TINY = os.path.join(FIX, "tiny", "tiny.safetensors")
-TINY_ARGS = ["--config", os.path.join(FIX, "tiny", "v1-tiny.yaml"),
-             "--text-config", os.path.join(FIX, "tiny", "text_encoder.json")]
-
-
-def pixel_data(png):
-    """The IDAT chunks' bytes."""
-    out, i = b"", 8
-    while i + 8 <= len(png):
-        n = struct.unpack(">I", png[i:i + 4])[0]
-        if png[i + 4:i + 8] == b"IDAT":
-            out += png[i + 8:i + 8 + n]
-        i += 12 + n
-    return out
-
-
-def without_source_hash(png):
-    """The PNG's chunks in order, the parameters text without its "Model hash" (the
-    checkpoint file's own hash, which differs between two files of the same weights)."""
-    out, i = [], 8
-    while i + 8 <= len(png):
-        n = struct.unpack(">I", png[i:i + 4])[0]
-        kind, data = png[i + 4:i + 8], png[i + 8:i + 8 + n]
-        if kind != b"IDAT":
-            data = re.sub(rb"Model hash: [0-9a-f]{10}, ", b"", data)
-        out.append((kind, data))
-        i += 12 + n
-    return out
+from tool_runs import GGUF, TINY, pixel_data, without_source_hash
 
 
 @unittest.skipUnless(os.path.isdir(GGUF), "no ../shared/conformance/gguf next to the checkout")
@@ -65,25 +31,12 @@ class GgufImages(unittest.TestCase):
 
     def export(self, checkpoint, name):
         out = os.path.join(self.tmp.name, name)
-        r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "export_model.py"), checkpoint, "--out", out,
-                            *TINY_ARGS], capture_output=True, text=True, timeout=600)
+        r = tool_runs.export(checkpoint, out)
         self.assertEqual(r.returncode, 0, r.stderr)
         return out
 
     def images(self, model, *extra):
-        outdir = tempfile.mkdtemp(dir=self.tmp.name)
-        r = subprocess.run([os.environ["SD_TXT2IMG"], "--model", model, "--outdir", outdir, "--quiet",
-                            "--threads", "1", "--H", "64", "--W", "64", "--steps", "4", "--seed", "11",
-                            "--n_samples", "2", "--prompt", "a red house by the sea", *extra],
-                           capture_output=True, text=True, timeout=600)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        names = sorted(os.listdir(outdir))
-        self.assertEqual(len(names), 2, names)
-        out = []
-        for n in names:
-            with open(os.path.join(outdir, n), "rb") as f:
-                out.append(f.read())
-        return out
+        return tool_runs.two_pictures(self, model, self.tmp.name, *extra, seed=11, prompt="a red house by the sea")
 
     def test_q8_0_gguf_export_equals_float32_export(self):
         gguf = self.export(os.path.join(GGUF, "tiny-q8_0.gguf"), "from-gguf")

@@ -7,18 +7,15 @@ cases need ../shared/conformance/gguf."""
 import json
 import os
 import struct
-import subprocess
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 
-from gguf_images import GGUF, TINY, TINY_ARGS, pixel_data, without_source_hash
+import tool_runs
 from sd_export.gguf_io import GgufFile
 from sd_export.safetensors_io import SafetensorsFile, read_tensors, write_safetensors
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tool_runs import GGUF, REPO, TINY, pixel_data, without_source_hash
 UNET_PREFIX = "model.diffusion_model."
 
 
@@ -37,6 +34,32 @@ def cpu_has_bf16():
     return " avx512_bf16" in flags or " amx_bf16" in flags
 
 
+class Quantizer(unittest.TestCase):
+    """sd_export/q8.py's quantize_q8_0 on the blocks at the edges of float32."""
+
+    def test_blocks_too_small_for_a_reciprocal_are_zeros(self):
+        # max|x| / 127 below the smallest normal float: 1 / d overflowed (a RuntimeWarning on the
+        # export's stderr) and inf or NaN was cast to int8. Such a block is zeros with d = 0, as
+        # the C++ quantize_q8_0 stores it (Q8Weights.BlocksTooSmallForAReciprocalAreZeros).
+        import warnings
+
+        import torch
+
+        from sd_export.q8 import quantize_q8_0
+        tiny = np.finfo(np.float32).tiny
+        maxima = [1e-36, 1e-37, 1e-38, 1e-40, float(np.finfo(np.float32).smallest_subnormal)]
+        w = torch.zeros(len(maxima) + 1, 32)
+        for b, m in enumerate(maxima):
+            w[b, 3], w[b, 7] = m, -m / 2
+        w[-1, 0], w[-1, 1] = 127 * tiny, -63.5 * tiny  # the smallest normal scale: quantized as usual
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            q, d = quantize_q8_0(w)
+        self.assertEqual(np.abs(q[:-1].astype(np.int32)).sum(), 0, q[:-1])
+        self.assertTrue((d[:-1] == 0).all(), d)
+        self.assertEqual((q[-1, 0], q[-1, 1]), (127, -64))
+
+
 class Q8Files(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -51,29 +74,15 @@ class Q8Files(unittest.TestCase):
         out = os.path.join(cls.tmp.name, name)
         if os.path.isdir(out):
             return out
-        r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "export_model.py"), checkpoint, "--out", out,
-                            *TINY_ARGS, *extra], capture_output=True, text=True, timeout=600)
+        r = tool_runs.export(checkpoint, out, *extra)
         assert r.returncode == 0, r.stderr
         return out
 
     def run_tool(self, model, *extra):
-        outdir = tempfile.mkdtemp(dir=self.tmp.name)
-        r = subprocess.run([os.environ["SD_TXT2IMG"], "--model", model, "--outdir", outdir, "--quiet",
-                            "--threads", "1", "--H", "64", "--W", "64", "--steps", "4", "--seed", "5",
-                            "--n_samples", "2", "--prompt", "a lighthouse at dusk", *extra],
-                           capture_output=True, text=True, timeout=600)
-        return r, outdir
+        return tool_runs.run_tool(model, self.tmp.name, *extra, seed=5, prompt="a lighthouse at dusk")
 
     def images(self, model, *extra):
-        r, outdir = self.run_tool(model, *extra)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        names = sorted(os.listdir(outdir))
-        self.assertEqual(len(names), 2, names)
-        out = []
-        for n in names:
-            with open(os.path.join(outdir, n), "rb") as f:
-                out.append(f.read())
-        return out
+        return tool_runs.two_pictures(self, model, self.tmp.name, *extra, seed=5, prompt="a lighthouse at dusk")
 
     # ---------------------------------------------------------------- from a float checkpoint
 

@@ -21,7 +21,7 @@ import diffusers_writer
 import payloads
 from sd_export.checkpoints import open_weight_file
 from sd_export.configs import load_ldm_config, load_text_config
-from sd_export.safetensors_io import read_tensors
+from sd_export.safetensors_io import read_tensors, write_safetensors
 from test_export import fixtures_dir, run_export
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,6 +118,82 @@ class RefusedCheckpoints(unittest.TestCase):
                 ckpt = open_weight_file(path)
                 self.assertEqual(list(ckpt.keys()), ["w"])
                 self.assertEqual(ckpt.shape("w"), (3,))
+
+
+class NonFiniteWeights(unittest.TestCase):
+    """A NaN or infinite weight makes NaN or black pictures with no other sign: the export refuses
+    it in one line naming the file that holds it and the tensor, whatever the file's format."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.fx = fixtures_dir()
+        cls.sizes = ["--config", os.path.join(cls.fx, "v1-tiny.yaml"),
+                     "--text-config", os.path.join(cls.fx, "text_encoder.json")]
+        cls.sd = read_tensors(os.path.join(cls.fx, "tiny.safetensors"))
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="sd-nan-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def spoiled(self, key, value):
+        """The tiny checkpoint's tensors with one value of `key` replaced."""
+        sd = dict(self.sd)
+        sd[key] = sd[key].clone()
+        sd[key].view(-1)[sd[key].numel() // 2] = value
+        return sd
+
+    def assert_refused(self, args, holder, key, sizes=True):
+        out = os.path.join(self.tmp, "out")
+        r = run_export(*args, "--out", out, *(self.sizes if sizes else []))
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(f"{holder}: its tensor {key!r} holds NaN or infinite values", lines[0])
+        self.assertNotIn("Traceback", r.stderr + r.stdout)
+        self.assertFalse(os.path.exists(out))
+        return lines[0]
+
+    def test_each_checkpoint_format(self):
+        unet, vae, text = ("model.diffusion_model.out.2.weight", "first_stage_model.decoder.conv_out.weight",
+                           "cond_stage_model.transformer.text_model.final_layer_norm.weight")
+        for name, key, value in (("nan.safetensors", unet, float("nan")), ("inf.ckpt", vae, float("inf")),
+                                 ("legacy.ckpt", text, float("-inf"))):
+            with self.subTest(name):
+                path = os.path.join(self.tmp, name)
+                sd = self.spoiled(key, value)
+                if name.endswith(".safetensors"):
+                    write_safetensors(path, list(sd.items()))
+                else:
+                    torch.save({"state_dict": sd}, path, _use_new_zipfile_serialization=name == "inf.ckpt")
+                line = self.assert_refused([path], path, key)
+        print(f"\n  {line}", file=sys.stderr)
+
+    def test_fp16_infinity(self):
+        key = "model.diffusion_model.out.2.weight"
+        path = os.path.join(self.tmp, "half.safetensors")
+        write_safetensors(path, [(k, v.half()) for k, v in self.spoiled(key, float("inf")).items()])
+        self.assert_refused([path], path, key)
+
+    def test_vae_file_and_diffusers_folder_are_named(self):
+        vae = os.path.join(self.tmp, "vae.safetensors")
+        key = "first_stage_model.decoder.conv_in.weight"
+        write_safetensors(vae, [(k, v) for k, v in self.spoiled(key, float("nan")).items()
+                                if k.startswith(("first_stage_model.decoder.", "first_stage_model.post_quant_conv."))])
+        self.assert_refused([os.path.join(self.fx, "tiny.safetensors"), "--vae", vae], vae, key)
+        ldm = load_ldm_config(os.path.join(self.fx, "v1-tiny.yaml"))
+        text = load_text_config(os.path.join(self.fx, "text_encoder.json"))
+        folder = os.path.join(self.tmp, "diffusers")
+        diffusers_writer.write_diffusers(self.spoiled("model.diffusion_model.out.2.weight", float("nan")), ldm, text,
+                                         folder)
+        self.assert_refused([folder], os.path.join(folder, "unet", "diffusion_pytorch_model.safetensors"),
+                            "conv_out.weight", sizes=False)
+
+    def test_the_unspoiled_checkpoint_exports(self):
+        # The same writer without the bad value: the refusal above is the value's.
+        path = os.path.join(self.tmp, "good.safetensors")
+        write_safetensors(path, list(self.sd.items()))
+        r = run_export(path, "--out", os.path.join(self.tmp, "out"), *self.sizes)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
 
 class OperationList(unittest.TestCase):
