@@ -83,7 +83,7 @@ void match_weight_file(ComputeChoice& c, const PipelineOptions& o, const ModelCo
 std::string ComputeChoice::describe() const {
     std::string s = precision + " on " + device;
     if (precision != "fp32") s += " (attention scores, softmax and norms in fp32)";
-    return s + ", weights held in " + weights + " (text encoder: fp32)";
+    return s + ", weights held in " + weights + " (text encoder: " + text_encoder_type() + ")";
 }
 
 LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& config, const ComputeChoice& compute,
@@ -94,6 +94,7 @@ LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& co
       device_(compute.device),
       compute_type_(dtype_named(compute.precision)),
       held_type_(dtype_named(compute.weights)),
+      text_type_(dtype_named(compute.text_encoder_type())),
       q8_unet_(compute.weights == "q8") {}
 
 torch::jit::Module& LoadedStages::text_encoder() {
@@ -123,9 +124,9 @@ at::Tensor LoadedStages::to_device(const at::Tensor& t) const {
     return t.is_floating_point() ? t.to(device_, compute_type_) : t.to(device_);
 }
 
-// The text encoders always hold fp32 weights: they run alone, before the UNet.
+// The text encoders run alone, before the UNet: fp32, or bf16 in a bf16 run (ComputeChoice::text_encoder_type).
 at::ScalarType LoadedStages::weight_type(const std::string& path) const {
-    return path == config_.text_encoder_path || path == config_.text_encoder_2_path ? at::kFloat : held_type_;
+    return path == config_.text_encoder_path || path == config_.text_encoder_2_path ? text_type_ : held_type_;
 }
 
 // oneDNN's layout is for fp32, or bf16 compute on bf16 weights, on a CPU only.
