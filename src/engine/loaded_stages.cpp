@@ -78,6 +78,11 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
 
 void match_weight_file(ComputeChoice& c, const PipelineOptions& o, const ModelConfig& config) {
     if (config.dtype == "q8_0" && o.weights == "auto" && c.precision == "fp32") c.weights = "q8";
+    // A bf16 export runs in fp32 too (widened at load), but on AMX the user likely meant bf16.
+    if (config.dtype == "bfloat16" && c.device == "cpu" && c.precision == "fp32" && c.note.empty() &&
+        kernels::cpu_has_amx())
+        c.note = "the model holds bf16 weights (--dtype bfloat16): --precision " + o.precision +
+                 " widens them to fp32 at load; --precision bf16 maps them as they are, and runs faster here";
 }
 
 std::string ComputeChoice::describe() const {

@@ -281,6 +281,17 @@ TEST(BfloatFile, WidenedForFp32AndAuto) {
     auto r = run({sdtest::cli(), "--model", tiny_bf16(), "--prompt", "x", "--H", "64", "--W", "64", "--plan"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("weights held in fp32 (text encoder: fp32)"), std::string::npos) << r.out;
+    // Where bf16 is the faster route (AMX), one note says so; an fp32 export gets none.
+    r = run({sdtest::cli(), "--model", tiny_bf16(), "--prompt", "x", "--H", "64", "--W", "64", "--steps", "1",
+             "--outdir", sdtest::temp_dir()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+    if (flags.find(" amx_bf16") != std::string::npos)
+        EXPECT_NE(r.err.find("note: the model holds bf16 weights"), std::string::npos) << r.err;
+    r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--steps", "1",
+             "--outdir", sdtest::temp_dir()});
+    EXPECT_EQ(r.err.find("bf16 weights"), std::string::npos) << r.err;
 }
 
 // The plan and --verbose say how the text encoder is held: bf16 in a bf16 run, and at half its fp32 bytes.
