@@ -169,7 +169,7 @@ struct ComputeChoice {
     std::string note;                // a line for the user before the run (the CLI prints it), or empty
     std::string describe() const;    // "fp16 on cuda:0 (...), weights held in fp16 (text encoder: fp32)"
     // How the text encoders are held and computed: "bf16" with bf16 weights and compute (a bf16
-    // run: AMX does them in a tenth of fp32's time, 1.3% from fp32's conditioning), else "fp32".
+    // run: on AMX a seventh of fp32's time, 1.3% from fp32's conditioning), else "fp32".
     std::string text_encoder_type() const { return precision == "bf16" && weights == "bf16" ? "bf16" : "fp32"; }
 };
 
