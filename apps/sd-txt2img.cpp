@@ -328,7 +328,7 @@ void add_flags(CLI::App& app, Flags& f) {
         ->capture_default_str();
     app.add_option("--device", f.device, "auto (cuda if available), cpu, cuda or cuda:N")->capture_default_str();
     app.add_option("--precision", f.precision,
-                   "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16")
+                   "UNet and VAE compute: auto (fp16 on cuda, fp32 on cpu), fp32, fp16 or bf16 (the text encoder too)")
         ->capture_default_str();
     app.add_option("--weights", f.weights,
                    "how the UNet and VAE weights are held: auto (as computed; a --dtype q8_0 export's UNet as "

@@ -4,9 +4,12 @@
 # AVX2 stand-ins, peak memory under the documented budgets, and q8 against fp32.
 # SD15_DIR: scripts/export_model.py --random-init --out SD15_DIR
 # SD21_DIR: scripts/export_model.py --random-init --config bench/v2-inference.yaml --out SD21_DIR
-# Usage (from the repository root): bench/cpu_acceptance.sh SD15_DIR SD21_DIR
+# SD21_BF16_DIR (optional, for the Turbo-sized bf16 runs; default SD21_DIR): the same with --dtype bfloat16
+# (mapped as it is by --precision bf16: no narrowing at load)
+# Usage (from the repository root): bench/cpu_acceptance.sh SD15_DIR SD21_DIR [SD21_BF16_DIR]
 set -u
-M=${1:?usage: bench/cpu_acceptance.sh SD15_DIR SD21_DIR}; M2=${2:?usage: bench/cpu_acceptance.sh SD15_DIR SD21_DIR}; B=${SD_TXT2IMG:-build/sd-txt2img}
+U="usage: bench/cpu_acceptance.sh SD15_DIR SD21_DIR [SD21_BF16_DIR]"
+M=${1:?$U}; M2=${2:?$U}; M2B=${3:-$M2}; B=${SD_TXT2IMG:-build/sd-txt2img}
 T=tests/fixtures/taesd/taesd_decoder.pth
 P='a photograph of an astronaut riding a horse'
 export OMP_WAIT_POLICY=passive
@@ -21,9 +24,9 @@ echo "### LCM 4 + TAESD 512, process start to PNG, alternating"
 for _ in 1 2 3; do
   for p in fp32 bf16; do t "$B" --model "$M" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler lcm --steps 4 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/lcm; done
 done
-echo "### Turbo-sized (SD 2.1 base UNet) 1 step + TAESD 512, bf16 and fp32"
+echo "### Turbo-sized (SD 2.1 base UNet) 1 step + TAESD 512, bf16 (from $M2B) and fp32 (from $M2)"
 for _ in 1 2 3; do
-  for p in bf16 fp32; do t "$B" --model "$M2" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler euler_a --schedule trailing --steps 1 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/turbo; done
+  for p in bf16 fp32; do m=$M2; [ $p = bf16 ] && m=$M2B; t "$B" --model "$m" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler euler_a --schedule trailing --steps 1 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/turbo; done
 done
 echo "### stand-ins: no AMX (AVX512_CORE_BF16) bf16 and fp32; AVX2 fp32"
 echo "per-core instruction peaks (fp32 FMA against avx512_bf16's dot product; cmake --build build --target bench_isa_peak)"

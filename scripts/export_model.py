@@ -3,7 +3,7 @@
 program reads.
 
     export_model.py CHECKPOINT --out DIR [--unet-gguf FILE] [--config LDM.yaml] [--text-config TEXT.json]
-                    [--text-config-2 TEXT2.json] [--tokenizer DIR] [--dtype float32|float16]
+                    [--text-config-2 TEXT2.json] [--tokenizer DIR] [--dtype float32|float16|bfloat16]
                     [--parameterization eps|v]
     export_model.py --random-init --out DIR [--seed N] [--config ...] [--text-config ...]
 

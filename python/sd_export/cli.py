@@ -49,8 +49,10 @@ def parse_args(argv):
                    "CLIPTextConfig json); default: from the checkpoint's OpenCLIP ViT-bigG/14 weights")
     p.add_argument("--tokenizer", help="directory with vocab.json and merges.txt; default: models/clip/ "
                    "(a diffusers folder's tokenizer/)")
-    p.add_argument("--dtype", choices=("float32", "float16", "q8_0", "auto"), default="float32",
-                   help="storage dtype of the weights in the .pt files (default float32); q8_0: the UNet's "
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "q8_0", "auto"),
+                   default="float32", help="storage dtype of the weights in the .pt files (default float32); bfloat16: "
+                   "half the bytes, mapped as they are by --precision bf16 (no narrowing at load; other precisions "
+                   "widen them); q8_0: the UNet's "
                    "Linear and convolution weights in 8-bit blocks (GGUF q8_0; a q8_0 GGUF's kept as they are), "
                    "the rest float32; auto: q8_0 when the UNet comes from a quantized GGUF file "
                    "(q8_0, q4_*, q5_*), else float32 (what the model cache uses for a .gguf)")

@@ -226,7 +226,7 @@ def export(args):
         say(f"{PROG}: note: {args.checkpoint} has no VAE encoder weights: exporting without vae_encoder.pt "
             f"(text to image only; img2img and inpainting need the encoder)")
     modules = build_modules(unet_cfg, vae_cfg, text_cfg, text_cfg_2, vae_encoder=with_encoder)
-    dtype = torch.float16 if args.dtype == "float16" else torch.float32
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(args.dtype, torch.float32)
     gguf_blocks = None
     if ckpt is not None:
         maps = checkpoint_key_maps(ckpt, modules, family, unet_cfg, vae_cfg, diffusers=r["folder"] is not None)

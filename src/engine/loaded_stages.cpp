@@ -78,12 +78,17 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
 
 void match_weight_file(ComputeChoice& c, const PipelineOptions& o, const ModelConfig& config) {
     if (config.dtype == "q8_0" && o.weights == "auto" && c.precision == "fp32") c.weights = "q8";
+    // A bf16 export runs in fp32 too (widened at load), but on AMX the user likely meant bf16.
+    if (config.dtype == "bfloat16" && c.device == "cpu" && c.precision == "fp32" && c.note.empty() &&
+        kernels::cpu_has_amx())
+        c.note = "the model holds bf16 weights (--dtype bfloat16): --precision " + o.precision +
+                 " widens them to fp32 at load; --precision bf16 maps them as they are, and runs faster here";
 }
 
 std::string ComputeChoice::describe() const {
     std::string s = precision + " on " + device;
     if (precision != "fp32") s += " (attention scores, softmax and norms in fp32)";
-    return s + ", weights held in " + weights + " (text encoder: fp32)";
+    return s + ", weights held in " + weights + " (text encoder: " + text_encoder_type() + ")";
 }
 
 LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& config, const ComputeChoice& compute,
@@ -94,6 +99,7 @@ LoadedStages::LoadedStages(const PipelineOptions& options, const ModelConfig& co
       device_(compute.device),
       compute_type_(dtype_named(compute.precision)),
       held_type_(dtype_named(compute.weights)),
+      text_type_(dtype_named(compute.text_encoder_type())),
       q8_unet_(compute.weights == "q8") {}
 
 torch::jit::Module& LoadedStages::text_encoder() {
@@ -123,9 +129,9 @@ at::Tensor LoadedStages::to_device(const at::Tensor& t) const {
     return t.is_floating_point() ? t.to(device_, compute_type_) : t.to(device_);
 }
 
-// The text encoders always hold fp32 weights: they run alone, before the UNet.
+// The text encoders run alone, before the UNet: fp32, or bf16 in a bf16 run (ComputeChoice::text_encoder_type).
 at::ScalarType LoadedStages::weight_type(const std::string& path) const {
-    return path == config_.text_encoder_path || path == config_.text_encoder_2_path ? at::kFloat : held_type_;
+    return path == config_.text_encoder_path || path == config_.text_encoder_2_path ? text_type_ : held_type_;
 }
 
 // oneDNN's layout is for fp32, or bf16 compute on bf16 weights, on a CPU only.

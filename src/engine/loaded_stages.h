@@ -33,6 +33,7 @@ public:
     const c10::Device& device() const { return device_; }
     at::ScalarType held_type() const { return held_type_; }
     at::ScalarType compute_type() const { return compute_type_; }
+    at::ScalarType text_type() const { return text_type_; }
     // --weights q8: the UNet's layers held as 8-bit blocks (engine/q8_weights.h), the VAE in fp32.
     bool q8_unet() const { return q8_unet_; }
 
@@ -85,6 +86,7 @@ private:
     StageTimes& times_;
     c10::Device device_ = c10::kCPU;
     at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
+    at::ScalarType text_type_ = at::kFloat;                               // the text encoders, held and computed
     Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_, vae_encoder_;
     bool prepack_ = false, unet_packed_ = false;
     bool q8_unet_ = false;

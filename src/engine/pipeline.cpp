@@ -157,6 +157,7 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     if (options_.batch_size) r.unet_rows = *options_.batch_size * (r.guidance ? 2 : 1);
     if (options_.vae_tile) r.vae_tile = *options_.vae_tile;
     r.half_weights = stages_->held_type() != at::kFloat;
+    r.half_text = stages_->text_type() != at::kFloat;
     r.q8_weights = stages_->q8_unet();
     if (!stages_->prepack_applies_to_unet())
         r.prepack = false;

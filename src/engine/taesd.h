@@ -40,6 +40,7 @@ private:
 
     std::map<std::string, at::Tensor> weights_;  // madebyollin's names
     int channels_ = 0;
+    bool channels_last_ = false;  // bf16 on a CPU (to())
 };
 
 // "taesd:PATH" -> PATH; throws sd::Error naming `flag` for anything else.

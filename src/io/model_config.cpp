@@ -142,7 +142,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         check_one_of(c.parameterization, {"eps", "v"}, "parameterization", path);
         c.dtype = checked_string(j, "dtype", c.dtype, path);
         // q8_0: the UNet's layers in 8-bit blocks, the rest float32 (docs/model-format.md)
-        check_one_of(c.dtype, {"float32", "float16", "q8_0"}, "dtype", path);
+        check_one_of(c.dtype, {"float32", "float16", "bfloat16", "q8_0"}, "dtype", path);
         c.scale_factor = checked_real(j, "scale_factor", 0, 1e-6, 100, path, true);
         c.latent_channels = checked_int(j, "latent_channels", 0, 1, 64, path, true);
         c.unet_in_channels = checked_int(j, "unet_in_channels", c.latent_channels, 1, 129, path);

@@ -175,7 +175,7 @@ MemoryModel memory_model(const ModelConfig& c) {
     m.unet_weights = stage_size(c.unet_path);
     m.vae_weights = stage_size(c.vae_decoder_path);
     if (!c.vae_encoder_path.empty()) m.vae_encoder_weights = stage_size(c.vae_encoder_path);
-    m.half_file = c.dtype == "float16";
+    m.half_file = c.dtype == "float16" || c.dtype == "bfloat16";
     m.q8_file = c.dtype == "q8_0";
     m.latent_channels = c.latent_channels;
     m.downsample = c.downsample_factor;
@@ -306,7 +306,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     p.compute = std::string("fp32 on cpu, weights held in ") + (r.half_weights ? "fp16" : r.q8_weights ? "q8" : "fp32");
     p.ff_chunk = kFeedForwardChunk;
     p.conv_split = static_cast<int64_t>(kConvSplitBytes);
-    // Weights as held: the text encoder always in fp32, the others as asked.
+    // Weights as held: the text encoder in fp32 (bf16 in a bf16 run), the others as asked.
     // Loading converts the mapped file's tensors one at a time, each handing
     // its file pages back once converted (stage_loader.cpp): narrowing an fp32
     // file to fp16 holds the fp16 weights and one fp32 tensor at most
@@ -317,7 +317,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
         s.load = narrowing ? s.weights + std::min(file, m.unet_largest_conv_bytes) : std::max(file, s.weights);
     };
 
-    weights(p.text, m.text_weights, false);
+    weights(p.text, m.text_weights, r.half_text);
     // LoRA merging: new fp32 tensors for the changed parameters, and one change computed beside them.
     p.text.load += r.text_lora_bytes;
     p.text.activations = 2.0 * r.images * m.text_ctx * m.text_width * 4.0 * kTextActivationFloatsPerToken;

@@ -22,6 +22,7 @@ struct MemoryRequest {
     std::optional<int> unet_rows;               // rows per UNet pass (2 per image with guidance)
     std::optional<int> vae_tile;                // latent tile edge; 0 = no tiling
     bool half_weights = false;                  // --weights fp16: UNet and VAE weights held in fp16
+    bool half_text = false;                     // --precision bf16: the text encoders held in bf16 too
     bool q8_weights = false;                    // --weights q8: UNet weights in 8-bit blocks (never chosen here)
     // --prepack; false where it cannot apply (not fp32 on a CPU), unset: on when it fits.
     std::optional<bool> prepack;
@@ -34,7 +35,7 @@ struct MemoryRequest {
 struct MemoryModel {
     double text_weights = 0, unet_weights = 0, vae_weights = 0;  // bytes (sizes of the .pt files)
     double vae_encoder_weights = 0;                              // 0: the export has no encoder
-    bool half_file = false;                                      // the .pt files hold fp16 weights
+    bool half_file = false;                                      // the .pt files hold fp16 or bf16 weights
     bool q8_file = false;  // a --dtype q8_0 export: the UNet file holds 8-bit blocks (the rest fp32)
     int latent_channels = 4, downsample = 8;
     int model_channels = 320;

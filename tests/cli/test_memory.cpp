@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -232,6 +233,99 @@ TEST(Precision, BfloatWithoutAmxRunsWithANote) {
     r = run(args);  // this CPU has AMX: no note
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err.find("without AMX"), std::string::npos) << r.err;
+}
+
+// ---- a bf16 export (scripts/export_model.py --dtype bfloat16): tiny-bf16 ----
+
+namespace {
+
+std::string tiny_bf16() { return sdtest::test_models() + "/tiny-bf16"; }
+
+// One 64x64 picture of the tiny model; its PNG's bytes, or the run's stderr after "FAILED".
+std::string picture(const std::string& model, const std::vector<std::string>& extra) {
+    const std::string out = sdtest::temp_dir();
+    std::vector<std::string> cmd = {sdtest::cli(), "--model", model, "--prompt", "a red cube", "--seed", "3", "--H",
+                                    "64", "--W", "64", "--steps", "4", "--threads", "1", "--outdir", out};
+    cmd.insert(cmd.end(), extra.begin(), extra.end());
+    auto r = run(cmd);
+    if (r.exit_code != 0) return "FAILED " + r.err;
+    return sdtest::read_text(out + "/00000.png");
+}
+
+bool has_bf16_compute() {
+    auto r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--plan",
+                  "--precision", "bf16"});
+    return r.exit_code == 0;
+}
+
+}  // namespace
+
+// --precision bf16 maps a bf16 file as it is, and narrows an fp32 one at load; both round to
+// nearest even, so the pictures are the same bytes (the text encoder too runs in bf16 in both).
+TEST(BfloatFile, MappedAsItIsGivesTheNarrowedFilesPicture) {
+    if (!has_bf16_compute()) GTEST_SKIP() << "this CPU has no bf16 instructions";
+    const std::string mapped = picture(tiny_bf16(), {"--precision", "bf16"});
+    const std::string narrowed = picture(tiny_model(), {"--precision", "bf16"});
+    ASSERT_EQ(mapped.rfind("FAILED", 0), std::string::npos) << mapped;
+    EXPECT_TRUE(mapped == narrowed) << "the bf16 file's picture differs from the fp32 file's under --precision bf16";
+    EXPECT_NE(mapped, picture(tiny_model(), {})) << "identical to fp32's: bf16 was not used";
+}
+
+// The other precisions widen a bf16 file at load and run the fp32 route: auto is fp32 on a CPU.
+TEST(BfloatFile, WidenedForFp32AndAuto) {
+    const std::string fp32 = picture(tiny_bf16(), {"--precision", "fp32"});
+    ASSERT_EQ(fp32.rfind("FAILED", 0), std::string::npos) << fp32;
+    EXPECT_TRUE(fp32 == picture(tiny_bf16(), {})) << "--precision auto differs from fp32 on a bf16 file";
+    const std::string half = picture(tiny_bf16(), {"--weights", "fp16"});
+    EXPECT_EQ(half.rfind("FAILED", 0), std::string::npos) << half;
+    auto r = run({sdtest::cli(), "--model", tiny_bf16(), "--prompt", "x", "--H", "64", "--W", "64", "--plan"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("weights held in fp32 (text encoder: fp32)"), std::string::npos) << r.out;
+    // Where bf16 is the faster route (AMX), one note says so; an fp32 export gets none.
+    r = run({sdtest::cli(), "--model", tiny_bf16(), "--prompt", "x", "--H", "64", "--W", "64", "--steps", "1",
+             "--outdir", sdtest::temp_dir()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+    if (flags.find(" amx_bf16") != std::string::npos)
+        EXPECT_NE(r.err.find("note: the model holds bf16 weights"), std::string::npos) << r.err;
+    r = run({sdtest::cli(), "--model", tiny_model(), "--prompt", "x", "--H", "64", "--W", "64", "--steps", "1",
+             "--outdir", sdtest::temp_dir()});
+    EXPECT_EQ(r.err.find("bf16 weights"), std::string::npos) << r.err;
+}
+
+// The plan and --verbose say how the text encoder is held: bf16 in a bf16 run, and at half its fp32 bytes.
+TEST(BfloatFile, BfloatRunHoldsTheTextEncoderInBf16) {
+    if (!has_bf16_compute()) GTEST_SKIP() << "this CPU has no bf16 instructions";
+    auto text_weights = [](const std::string& out) {
+        for (const auto& line : sdtest::lines(out))
+            if (line.find("text encoder:") != std::string::npos && line.find("weights") != std::string::npos)
+                return line.substr(line.find("weights"), line.find(',') - line.find("weights"));
+        return std::string("no text encoder line");
+    };
+    auto fp32 = run({sdtest::cli(), "--model", tiny_bf16(), "--prompt", "x", "--H", "64", "--W", "64", "--plan"});
+    auto bf16 = run({sdtest::cli(), "--model", tiny_bf16(), "--prompt", "x", "--H", "64", "--W", "64", "--plan",
+                     "--precision", "bf16"});
+    ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+    EXPECT_NE(bf16.out.find("weights held in bf16 (text encoder: bf16)"), std::string::npos) << bf16.out;
+    EXPECT_NE(text_weights(fp32.out), text_weights(bf16.out)) << fp32.out << bf16.out;
+}
+
+// model.json's dtype names one of the known storage types; another gets one line naming the file.
+TEST(BfloatFile, UnknownDtypeInModelJsonIsOneLine) {
+    const std::string dir = sdtest::temp_dir() + "/model";
+    std::filesystem::copy(tiny_bf16(), dir);
+    std::string json = sdtest::read_text(dir + "/model.json");
+    const std::string from = "\"dtype\": \"bfloat16\"";
+    ASSERT_NE(json.find(from), std::string::npos) << json.substr(0, 400);
+    json.replace(json.find(from), from.size(), "\"dtype\": \"bfloat8\"");
+    sdtest::write_text(dir + "/model.json", json);
+    auto r = run({sdtest::cli(), "--model", dir, "--prompt", "x", "--H", "64", "--W", "64", "--outdir",
+                  sdtest::temp_dir()});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(sdtest::lines(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("model.json"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("bfloat8"), std::string::npos) << r.err;
 }
 
 TEST(Device, UnknownOrMissingDevicesAreRefusedInOneLine) {

@@ -12,6 +12,7 @@
 #include "engine/taesd.h"
 #include "io/image_io.h"
 #include "io/npy.h"
+#include "kernels/linear_kernel.h"
 #include "sd/error.h"
 #include "test_util.h"
 
@@ -52,6 +53,28 @@ TEST(TaesdDecoder, PthMatchesReference) {
     const auto d = sd::TaesdDecoder::load(taesd_dir() + "/taesd_decoder.pth");
     EXPECT_EQ(d.channels(), 64);
     expect_decode_matches(d, "pth_decode_latents");
+}
+
+// --precision bf16 runs TAESD in bf16, channels-last (TaesdDecoder::to): near the fp32
+// reference, and a plain NCHW picture out.
+TEST(TaesdDecoder, BfloatChannelsLastNearTheReference) {
+    if (!sd::kernels::cpu_has_bf16()) GTEST_SKIP() << "this CPU has no bf16 instructions";
+    auto d = sd::TaesdDecoder::load(taesd_dir() + "/taesd_decoder.pth");
+    d.to(c10::kCPU, at::kBFloat16);
+    const auto latents = sdtest::load_tensor(case_dir("pth_decode_latents") + "/latents.npy");
+    const auto ref = sdtest::load_tensor(case_dir("pth_decode_latents") + "/taesd_out.npy");
+    at::Tensor out;
+    {
+        c10::InferenceMode guard;
+        out = d.decode(latents.to(at::kBFloat16));
+    }
+    ASSERT_EQ(out.sizes(), ref.sizes());
+    EXPECT_TRUE(out.is_contiguous());
+    EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+    const double diff = sdtest::max_abs_diff(out.to(at::kFloat), ref), rel = diff / max_abs(ref);
+    std::cout << "bf16 TAESD: max diff " << diff << " (" << rel << " of max|ref|)\n";
+    EXPECT_GT(diff, 0) << "identical to fp32: bf16 was not used";
+    EXPECT_LT(rel, 0.05);
 }
 
 // The variation the README says must fail: the latents divided by the VAE's

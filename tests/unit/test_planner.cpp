@@ -289,6 +289,30 @@ TEST(Planner, HalfWeightsHalveTheUnetAndCountTheLayerCopy) {
     EXPECT_NEAR(sd::predict(m16, r, 0, c).unet.total(0), full.unet.total(0), 1.0);
 }
 
+// --precision bf16 holds the text encoder in bf16 too: half its fp32 bytes, from an fp32 file
+// (narrowed tensor by tensor) or a bf16 one (mapped as it is).
+TEST(Planner, BfloatRunHoldsTheTextEncoderInHalf) {
+    const auto m = sd15();
+    auto r = request(512, 1, 64 * GiB);
+    sd::MemoryPlan c;
+    c.sequential = true;
+    c.unet_rows = 1;
+    r.half_weights = true;
+    const auto fp32_text = sd::predict(m, r, 0, c);
+    r.half_text = true;
+    const auto bf16_text = sd::predict(m, r, 0, c);
+    EXPECT_NEAR(bf16_text.text.weights, fp32_text.text.weights / 2, 1.0);
+    EXPECT_NEAR(bf16_text.unet.weights, fp32_text.unet.weights, 1.0) << "the UNet was half already";
+    auto m16 = m;  // a bf16 export: every file half the bytes
+    m16.half_file = true;
+    m16.text_weights /= 2;
+    m16.unet_weights /= 2;
+    const auto mapped = sd::predict(m16, r, 0, c);
+    EXPECT_NEAR(mapped.text.weights, bf16_text.text.weights, 1.0);
+    EXPECT_NEAR(mapped.text.load, mapped.text.weights, 1.0) << "nothing converted: the mapped file is the weights";
+    EXPECT_LT(mapped.unet.load, bf16_text.unet.load) << "no fp32 tensor narrowed beside the bf16 ones";
+}
+
 TEST(Planner, TightBudgetSuggestsHalfWeights) {
     try {
         sd::plan_memory(sd15(), request(512, 1, 2.5 * GiB), 170 * MiB);
