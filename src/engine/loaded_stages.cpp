@@ -58,12 +58,13 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
         throw Error(
             "--precision bf16 needs a CPU with bf16 instructions (avx512_bf16 or AMX), which this one lacks "
             "(or DNNL_MAX_CPU_ISA hides); use --precision fp32 (--weights fp16 still halves the weights)");
-    // Without AMX, oneDNN 2.6's bf16 kernels ran 1.39-1.58x slower than fp32 (docs/benchmarks.md):
-    // still worth it for half the weights' memory, but the user should know.
+    // Without AMX, bf16 products run on avx512_bf16's dot product, which on the Intel CPU measured gives
+    // under half the FLOP of fp32 FMA (bench/isa_peak.cpp): a step ran 1.39-1.58x slower than fp32
+    // (docs/benchmarks.md). Still worth it for half the weights' memory, but the user should know.
     if (cpu && c.precision == "bf16" && !kernels::cpu_has_amx())
         c.note =
-            "--precision bf16 on a CPU without AMX runs slower than fp32 (measured 1.4-1.6x); it still halves "
-            "the weights' memory";
+            "--precision bf16 on a CPU without AMX can run slower than fp32 (1.4-1.6x slower where measured); it "
+            "still halves the weights' memory";
     if (o.weights != "auto" && o.weights != "fp32" && o.weights != "fp16" && o.weights != "q8")
         throw Error("unknown --weights '" + o.weights + "' (auto, fp32, fp16 or q8)");
     c.weights = o.weights == "auto" ? c.precision : o.weights;
