@@ -3,7 +3,7 @@ map (every weight checked first: present, the right shape, a float type), or ran
 
 import math
 
-from .checkpoints import load_finite
+from .checkpoints import file_of, load_finite
 from .report import ExportError
 
 
@@ -85,6 +85,18 @@ def check_keys(ckpt, modules, maps, hint):
         raise ExportError(f"{ckpt.path} does not match the model {hint}: " + " | ".join(problems))
 
 
+def check_in_range(t, ckpt, key):
+    """A narrowed weight that became infinite (float16 ends at 65504) would make NaN or black
+    pictures: refused in one line. The float32 sum is the cheap test, as in load_finite."""
+    import math
+
+    import torch
+    if t.is_floating_point() and not math.isfinite(float(t.sum(dtype=torch.float32))):
+        f, k = file_of(ckpt, key)
+        raise ExportError(f"{f.path}: its tensor {k!r} holds values beyond {str(t.dtype).replace('torch.', '')}'s "
+                          f"range; export with --dtype float32 or bfloat16")
+
+
 def load_weights(ckpt, modules, maps, dtype=None):
     """Each weight converted once, straight to `dtype` (default float32): an fp16 export
     of an fp16 file never holds an fp32 copy of the model (SDXL: 7 instead of 14 GB)."""
@@ -106,6 +118,7 @@ def load_weights(ckpt, modules, maps, dtype=None):
             t = t.reshape(param.shape)
             if t.dtype != dtype:
                 t = t.to(dtype)
+                check_in_range(t, ckpt, key)
             elif ref.parts > 1 or not t.is_contiguous() or t.storage().size() != t.numel():
                 t = t.clone()  # do not keep a larger shared storage alive
             param.data = t

@@ -153,6 +153,20 @@ class NonFiniteWeights(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
         return lines[0]
 
+    def test_values_beyond_float16_are_refused_by_a_float16_export(self):
+        key = "model.diffusion_model.out.2.weight"
+        path = os.path.join(self.tmp, "big.safetensors")
+        write_safetensors(path, list(self.spoiled(key, 1e5).items()))
+        out = os.path.join(self.tmp, "out")
+        r = run_export(path, "--out", out, "--dtype", "float16", *self.sizes)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(f"{path}: its tensor {key!r} holds values beyond float16's range", lines[0])
+        self.assertFalse(os.path.exists(out))
+        r = run_export(path, "--out", out, "--dtype", "bfloat16", *self.sizes)  # bf16 has fp32's range
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_each_checkpoint_format(self):
         unet, vae, text = ("model.diffusion_model.out.2.weight", "first_stage_model.decoder.conv_out.weight",
                            "cond_stage_model.transformer.text_model.final_layer_norm.weight")
