@@ -373,9 +373,12 @@ def set_attention(module, attention):
 
 def prepack(module):
     """What the CLI's prepack_convolutions does at load (src/engine/stage_loader.cpp):
-    3x3 convolutions' fp32 (or bf16) weights replaced by oneDNN's blocked layout."""
+    3x3 convolutions' fp32 (or bf16) weights replaced by oneDNN's blocked layout,
+    and GEGLU's one-pass gate switched on (use_fused_rows)."""
     n = 0
     for _, mod in module.named_modules():
+        if hasattr(mod, "fused_rows"):
+            mod.fused_rows = 1
         if not hasattr(mod, "conv_split") or not hasattr(mod, "weight"):
             continue
         w = mod.weight

@@ -172,6 +172,7 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
     if (prepack_ && prepack_applies(path)) {
         prepack_blocked(*slot);  // the ResNet blocks on blocked activations, then the other convolutions
         prepack_convolutions(*slot);
+        use_fused_rows(*slot);  // fp32's one-pass GEGLU gate
         if (path == config_.unet_path) unet_packed_ = true;
     }
     *seconds += seconds_since_process_start() - start;

@@ -10,6 +10,7 @@
 
 #include "kernels/attention_kernel.h"
 #include "kernels/bf16_rows.h"
+#include "kernels/f32_rows.h"
 #include "kernels/linear_kernel.h"
 #include "sd/error.h"
 
@@ -133,6 +134,19 @@ at::Tensor geglu(const at::Tensor& h, const c10::optional<at::Tensor>& bias) {
     const int64_t width = h.size(-1) / 2;
     const auto b = affine(bias);
     TORCH_CHECK(!b.defined() || b.numel() == 2 * width, "sd::geglu: the bias must match the last dimension");
+    if (h.device().is_cpu() && h.scalar_type() == at::kFloat && h.numel() > 0) {
+        // fp32 (the fused route, GEGLU's fused_rows): one pass, erf by a polynomial (f32_rows.h).
+        const auto hc = h.contiguous();
+        auto sizes = h.sizes().vec();
+        sizes.back() = width;
+        auto out = at::empty(sizes, h.options());
+        const float* in = hc.data_ptr<float>();
+        float* o = out.data_ptr<float>();
+        const auto& kern = kernels::f32_row_kernels();
+        at::parallel_for(0, hc.numel() / (2 * width), grain(2 * width),
+                         [&](int64_t s, int64_t e) { kern.geglu(in, floats(b), o, width, s, e); });
+        return out;
+    }
     if (!bf16_rows(h) || h.numel() == 0) {
         const auto h32 = b.defined() ? h.to(at::kFloat) + b : h.to(at::kFloat);
         const auto parts = h32.chunk(2, -1);

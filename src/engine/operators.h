@@ -27,7 +27,8 @@ at::Tensor fast_linear(const at::Tensor& x, const at::Tensor& w, const c10::opti
 // reads bf16, computes in fp32 and writes bf16. Other dtypes and devices compute
 // the same with LibTorch in fp32 and return the input's dtype.
 // GEGLU's gate after its projection: with h + bias [..., 2w] (bias optional,
-// added in fp32) -> first half * gelu(second half).
+// added in fp32) -> first half * gelu(second half). fp32 CPU tensors (the fused
+// fp32 route) take one pass too (src/kernels/f32_rows.h), erf by a polynomial.
 at::Tensor geglu(const at::Tensor& h, const c10::optional<at::Tensor>& bias);
 // Layer norm over the last dimension.
 at::Tensor layer_norm_last(const at::Tensor& x, const c10::optional<at::Tensor>& weight,

@@ -378,6 +378,16 @@ int prepack_blocked(torch::jit::Module& m) {
     return switched;
 }
 
+int use_fused_rows(torch::jit::Module& m) {
+    int switched = 0;
+    for (auto sub : m.modules()) {
+        if (!sub.hasattr("fused_rows")) continue;
+        sub.setattr("fused_rows", static_cast<int64_t>(1));
+        ++switched;
+    }
+    return switched;
+}
+
 void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split) {
     for (auto sub : m.modules()) {
         if (sub.hasattr("ff_chunk")) sub.setattr("ff_chunk", static_cast<int64_t>(ff_chunk));

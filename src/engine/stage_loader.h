@@ -57,6 +57,12 @@ int prepack_convolutions(torch::jit::Module& m);
 // Run before prepack_convolutions, which then packs the convolutions left.
 int prepack_blocked(torch::jit::Module& m);
 
+// Sets `fused_rows` to 1 on every module of m that has it (GEGLU in
+// python/sd_export/modules/unet.py): fp32 then runs its one-pass row operators
+// (src/engine/operators.h) too, not LibTorch's several passes. The loader does
+// it with the prepacked route only, so --prepack off stays the reference. Returns the count.
+int use_fused_rows(torch::jit::Module& m);
+
 // The first line of a LibTorch error, without its C++ backtrace.
 std::string short_message(const c10::Error& e);
 

@@ -109,8 +109,13 @@ inline void value_block(const float* p, int64_t p_row, const float* v, int64_t d
         for (int i = 0; i < NV; ++i) store(o + r * dp + i * W, acc[r][i]);
 }
 
-// Rows per register block: 4 with 32 vector registers, 2 with 16.
+// Rows per register block: 4 with 32 vector registers, 2 with 16. With 32,
+// scores take 8 rows (16 accumulators: half the key loads per FMA, and enough
+// independent sums to hide the FMA latency), and so do values for heads of up
+// to 3 vectors (SD 1.x's 40 channels: 24 accumulators). Each sum still runs in
+// the same order, so the results are the same bits.
 constexpr int kRows = W >= 16 ? 4 : 2;
+constexpr int kWideRows = W >= 16 ? 8 : 2;
 constexpr int kValueVecs = 4;
 
 template <int R>
@@ -132,6 +137,24 @@ void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t k
         default:
             break;
     }
+}
+
+// values() for kWideRows rows: one block when the head is at most 3 vectors wide.
+void values_wide(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t keys, float* o) {
+    switch (dp / W) {
+        case 3:
+            if (kWideRows == 8) return value_block<kWideRows, 3>(p, p_row, v, dp, keys, o);
+            break;
+        case 2:
+            if (kWideRows == 8) return value_block<kWideRows, 2>(p, p_row, v, dp, keys, o);
+            break;
+        case 1:
+            if (kWideRows == 8) return value_block<kWideRows, 1>(p, p_row, v, dp, keys, o);
+            break;
+        default:
+            break;
+    }
+    for (int r = 0; r < kWideRows; r += kRows) values<kRows>(p + r * p_row, p_row, v, dp, keys, o + r * dp);
 }
 
 // n floats from an fp32 row, or widened from a bf16 one.
@@ -413,7 +436,7 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
         const int64_t bh = task / tiles, b = bh / p.heads, h = bh % p.heads;
         const int64_t row0 = (task % tiles) * kQueryTile;
         const int64_t rows = std::min(kQueryTile, p.n - row0);
-        const int64_t rows_pad = (rows + kRows - 1) / kRows * kRows;
+        const int64_t rows_pad = (rows + kWideRows - 1) / kWideRows * kWideRows;
         const float* kt = p.packed + bh * per_head;
         const float* vp = kt + p.d * m_pad;
         std::fill(qt.begin(), qt.end(), 0.0f);
@@ -427,11 +450,11 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
         for (int64_t j0 = 0; j0 < m_pad; j0 += key_tile) {
             const int64_t keys = std::min(key_tile, m_pad - j0);  // a multiple of 2W
             const int64_t valid = std::min(keys, p.m - j0);
-            for (int64_t r = 0; r < rows_pad; r += kRows)
+            for (int64_t r = 0; r < rows_pad; r += kWideRows)
                 for (int64_t j = 0; j < keys; j += 2 * W) {
                     const int64_t key = j0 + j;
                     const float* panel = kt + (key / kKeyAlign) * p.d * kKeyAlign + key % kKeyAlign;
-                    score_block<kRows>(&qt[r * p.d], p.d, panel, p.scale, &s[r * key_tile + j], key_tile);
+                    score_block<kWideRows>(&qt[r * p.d], p.d, panel, p.scale, &s[r * key_tile + j], key_tile);
                 }
             for (int64_t r = 0; r < rows_pad; ++r) {
                 float* sr = &s[r * key_tile];
@@ -453,8 +476,8 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
                 if (alpha != 1.0f)
                     for (int64_t c = 0; c < dp; ++c) o[r * dp + c] *= alpha;
             }
-            for (int64_t r = 0; r < rows_pad; r += kRows)
-                values<kRows>(&s[r * key_tile], key_tile, vp + j0 * dp, dp, valid, &o[r * dp]);
+            for (int64_t r = 0; r < rows_pad; r += kWideRows)
+                values_wide(&s[r * key_tile], key_tile, vp + j0 * dp, dp, valid, &o[r * dp]);
         }
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t oo = b * p.o_batch + (row0 + r) * p.o_row + h * p.d;

@@ -280,6 +280,15 @@ class ExportTinyTest(unittest.TestCase):
         scripted = torch.jit.script(sd_modules.FeedForward(16).eval())
         scripted.ff_chunk = 5
         self.assertEqual(scripted.ff_chunk, 5)
+        # GEGLU's fused_rows (set from C++ with prepacking): sd::linear without bias, then
+        # sd::geglu with it; the same result as the chunk + gelu + product, scripted too.
+        geglu = torch.jit.script(sd_modules.GEGLU(16, 24).eval())
+        with torch.no_grad():
+            plain = geglu(t)
+            geglu.fused_rows = 1
+            fused = geglu(t)
+        self.assertEqual(fused.shape, (2, 37, 24))
+        self.assertLess((plain - fused).abs().max().item(), 1e-5)
 
     def test_random_init_is_deterministic(self):
         a, b = self.tmpdir("rand_a"), self.tmpdir("rand_b")

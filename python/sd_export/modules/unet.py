@@ -191,9 +191,12 @@ class GEGLU(nn.Module):
     def __init__(self, dim_in: int, dim_out: int):
         super().__init__()
         self.proj = Linear(dim_in, dim_out * 2)
+        # 1: fp32 takes the one-pass gate too, set from C++ with the prepacked
+        # route (src/engine/stage_loader.h use_fused_rows); 0 keeps the reference.
+        self.fused_rows: int = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.bfloat16:
+        if x.dtype == torch.bfloat16 or self.fused_rows > 0:
             # One pass in C++ (ops.py) that also adds the projection's bias: LibTorch's
             # gelu on the strided half of a chunk runs 10-20x slower than on a dense
             # tensor, bf16 adds two copies, and a Linear's bias is one more pass.

@@ -1,0 +1,102 @@
+#include "kernels/f32_rows.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/row_math.h"
+
+namespace sd::kernels {
+
+namespace {
+
+using namespace rows;
+
+SD_INLINE Vec load(const float* p) { return *reinterpret_cast<const UnalignedVec*>(p); }
+SD_INLINE void store(float* p, Vec v) { *reinterpret_cast<UnalignedVec*>(p) = v; }
+
+SD_INLINE void geglu_rows(const float* in, const float* bias, float* out, int64_t width, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+        const float* x = in + r * 2 * width;
+        const float* g = x + width;
+        float* y = out + r * width;
+        int64_t c = 0;
+        for (; c + W <= width; c += W) {
+            Vec a = load(x + c), b = load(g + c);
+            if (bias) {
+                a += load(bias + c);
+                b += load(bias + width + c);
+            }
+            store(y + c, a * gelu(b));
+        }
+        if (c < width) {  // the last partial vector through a padded copy
+            const int64_t n = width - c;
+            float xs[W] = {}, gs[W] = {}, ys[W];
+            std::memcpy(xs, x + c, sizeof(float) * n);
+            std::memcpy(gs, g + c, sizeof(float) * n);
+            Vec a = load(xs), b = load(gs);
+            if (bias) {
+                float xb[W] = {}, gb[W] = {};
+                std::memcpy(xb, bias + c, sizeof(float) * n);
+                std::memcpy(gb, bias + width + c, sizeof(float) * n);
+                a += load(xb);
+                b += load(gb);
+            }
+            store(ys, a * gelu(b));
+            std::memcpy(y + c, ys, sizeof(float) * n);
+        }
+    }
+}
+
+// One build per instruction set: GCC lowers the 16-float vectors to each one's width.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SD_TARGET(isa) __attribute__((target(isa)))
+#else
+#define SD_TARGET(isa)
+#endif
+
+SD_TARGET("avx512f,avx512dq,avx512vl,avx2,fma")
+void geglu_avx512(const float* in, const float* bias, float* out, int64_t width, int64_t begin, int64_t end) {
+    geglu_rows(in, bias, out, width, begin, end);
+}
+SD_TARGET("avx2,fma")
+void geglu_avx2(const float* in, const float* bias, float* out, int64_t width, int64_t begin, int64_t end) {
+    geglu_rows(in, bias, out, width, begin, end);
+}
+void geglu_baseline(const float* in, const float* bias, float* out, int64_t width, int64_t begin, int64_t end) {
+    geglu_rows(in, bias, out, width, begin, end);
+}
+
+const F32RowKernels kKernels[] = {{"avx512", geglu_avx512}, {"avx2", geglu_avx2}, {"baseline", geglu_baseline}};
+
+bool cpu_runs(int i) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (i == 0)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl");
+    if (i == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return i == 2;
+}
+
+}  // namespace
+
+const F32RowKernels* f32_row_kernels_named(const char* name) {
+    if (std::strcmp(name, "amx") == 0) name = "avx512";  // the attention kernel's AVX-512 build with tiles
+    for (int i = 0; i < 3; ++i)
+        if (std::strcmp(name, kKernels[i].name) == 0) return cpu_runs(i) ? &kKernels[i] : nullptr;
+    return nullptr;
+}
+
+const F32RowKernels& f32_row_kernels() {
+    static const F32RowKernels* chosen = [] {
+        if (const char* want = std::getenv("SD_ATTENTION_ISA"))
+            if (const F32RowKernels* k = f32_row_kernels_named(want)) return k;
+        for (int i = 0; i < 3; ++i)
+            if (cpu_runs(i)) return &kKernels[i];
+        return &kKernels[2];
+    }();
+    return *chosen;
+}
+
+}  // namespace sd::kernels
