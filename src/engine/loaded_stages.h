@@ -86,7 +86,7 @@ private:
     StageTimes& times_;
     c10::Device device_ = c10::kCPU;
     at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
-    at::ScalarType text_type_ = at::kFloat;                               // the text encoders, held and computed
+    at::ScalarType text_type_ = at::kFloat;                              // the text encoders, held and computed
     Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_, vae_encoder_;
     bool prepack_ = false, unet_packed_ = false;
     bool q8_unet_ = false;

@@ -88,7 +88,8 @@ std::string attention_isa_problem() {
     if (!want || !*want) return "";
     for (const auto& k : kKernels)
         if (std::strcmp(want, k.name) == 0) return "";
-    return std::string("SD_ATTENTION_ISA=") + want + " names no attention kernel (it takes avx512, avx2, baseline or amx)";
+    return std::string("SD_ATTENTION_ISA=") + want +
+           " names no attention kernel (it takes avx512, avx2, baseline or amx)";
 }
 
 const AttentionKernel& attention_kernel() {
@@ -97,8 +98,10 @@ const AttentionKernel& attention_kernel() {
         if (want && *want) {
             if (const AttentionKernel* k = attention_kernel_named(want)) return k;
             // Unknown names were refused before the run (attention_isa_problem); one this CPU lacks: go on.
-            std::fprintf(stderr, "sd-txt2img: warning: SD_ATTENTION_ISA=%s: this CPU cannot run that kernel; using "
-                         "the widest it runs\n", want);
+            std::fprintf(stderr,
+                         "sd-txt2img: warning: SD_ATTENTION_ISA=%s: this CPU cannot run that kernel; using "
+                         "the widest it runs\n",
+                         want);
         }
         for (int i = 0; i < 3; ++i)
             if (cpu_runs(i)) return &kKernels[i];

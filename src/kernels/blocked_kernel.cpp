@@ -73,8 +73,10 @@ const BlockedKernel* blocked_kernel() {
             if (const BlockedKernel* k = blocked_kernel_named(want)) return k;
             // An unknown name was refused before the run (blocked_isa_problem); a known one this
             // CPU or DNNL_MAX_CPU_ISA rules out is a setting made for another machine: go on.
-            std::fprintf(stderr, "sd-txt2img: warning: SD_BLOCKED_ISA=%s: this CPU or build cannot run it; using "
-                         "the widest it runs\n", want);
+            std::fprintf(stderr,
+                         "sd-txt2img: warning: SD_BLOCKED_ISA=%s: this CPU or build cannot run it; using "
+                         "the widest it runs\n",
+                         want);
         }
         for (const auto* k : kKernels)
             if (cpu_runs(*k)) return k;
