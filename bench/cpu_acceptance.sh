@@ -16,7 +16,7 @@ export OMP_WAIT_POLICY=passive
 O=$(mktemp -d)
 lscpu | grep -E 'Model name|CPU family|^Model:'
 grep -o 'avx512_bf16\|amx_bf16\|amx_int8\|avx512_vnni\|avx512f \|avx2' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
-t() { echo "== $* (load $(cut -d' ' -f1-3 /proc/loadavg))"; /usr/bin/time -f "wall %e s, user %U, sys %S, maxrss %M KiB" "$@" 2>&1 | grep -E -i "step [0-9]+/|timing|peak|wall |error|refus|sd-txt2img: .*(bf16|cannot)" | tail -20; }
+t() { echo "== $* (load $(cut -d' ' -f1-3 /proc/loadavg))"; /usr/bin/time -f "wall %e s, user %U, sys %S, maxrss %M KiB" "$@" 2>&1 | grep -E -i "step [0-9]+/|timing|peak|wall |error|refus|sd-txt2img: .*(bf16|cannot)" | grep -v "peak: predicted\|predicted peak\|: weights " | tail -20; }
 echo "### fp32 and bf16 steps against the same-run bound"
 bench/bench_speed.sh --model "$M" --sizes 256 512 --steps 4 --runs 3 --profile-size 0 --profile-vae-size 0 --json "$O"/fp32.json 2>&1 | grep -v "^\[bench\]   "
 bench/bench_speed.sh --model "$M" --sizes 512 --steps 4 --runs 3 --profile-size 0 --profile-vae-size 0 --cli-args "--precision bf16" --label bf16 --json "$O"/bf16.json 2>&1 | grep -v "^\[bench\]   "
