@@ -1,8 +1,8 @@
 #include "kernels/f32_rows.h"
 
-#include <cstdlib>
 #include <cstring>
 
+#include "kernels/attention_kernel.h"
 #include "kernels/row_math.h"
 
 namespace sd::kernels {
@@ -68,34 +68,20 @@ void geglu_baseline(const float* in, const float* bias, float* out, int64_t widt
 
 const F32RowKernels kKernels[] = {{"avx512", geglu_avx512}, {"avx2", geglu_avx2}, {"baseline", geglu_baseline}};
 
-bool cpu_runs(int i) {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (i == 0)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512vl");
-    if (i == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
-    return i == 2;
-}
-
 }  // namespace
 
+// The same three builds as the attention kernel, with the same instruction sets: its CPU check and
+// its choice (SD_ATTENTION_ISA, and the warning for a build this CPU lacks) serve both.
 const F32RowKernels* f32_row_kernels_named(const char* name) {
+    if (!attention_kernel_named(name)) return nullptr;   // unknown, or this CPU cannot run it
     if (std::strcmp(name, "amx") == 0) name = "avx512";  // the attention kernel's AVX-512 build with tiles
-    for (int i = 0; i < 3; ++i)
-        if (std::strcmp(name, kKernels[i].name) == 0) return cpu_runs(i) ? &kKernels[i] : nullptr;
+    for (const auto& k : kKernels)
+        if (std::strcmp(name, k.name) == 0) return &k;
     return nullptr;
 }
 
 const F32RowKernels& f32_row_kernels() {
-    static const F32RowKernels* chosen = [] {
-        if (const char* want = std::getenv("SD_ATTENTION_ISA"))
-            if (const F32RowKernels* k = f32_row_kernels_named(want)) return k;
-        for (int i = 0; i < 3; ++i)
-            if (cpu_runs(i)) return &kKernels[i];
-        return &kKernels[2];
-    }();
+    static const F32RowKernels* chosen = f32_row_kernels_named(attention_kernel().name);
     return *chosen;
 }
 
