@@ -195,25 +195,75 @@ void configure_tiles() {
     _tile_loadconfig(&cfg);
 }
 
-// e^x for x <= 0 as exp_nonpositive, with a degree-5 polynomial (relative
-// error below 3e-6): enough for probabilities that are then rounded to bf16
-// (2^-9), and two fewer FMAs in the loop that bounds this build's speed.
-inline Vec exp_nonpositive_bf16(Vec x) {
-    x = vmax(x, splat(-87.0f));
-    const Vec t = x * 1.44269504088896341f - 0.5f;
-    IVec n = __builtin_convertvector(t, IVec);
-    n += __builtin_convertvector(n, Vec) > t;
-    n += 1;
-    const Vec nf = __builtin_convertvector(n, Vec);
-    const Vec r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;
-    Vec q = splat(1.0f / 120);
-    q = q * r + 1.0f / 24;
-    q = q * r + 1.0f / 6;
-    q = q * r + 0.5f;
-    q = q * r + 1.0f;
-    q = q * r + 1.0f;
-    const IVec bits = (n + 127) << 23;
-    return q * reinterpret_cast<const Vec&>(bits);
+// 2^t for t <= 0: t = n + r with |r| <= 1/2, a degree-4 polynomial for 2^r
+// fitted for relative error (below 2.7e-6 in float: enough for probabilities
+// then rounded to bf16, 2^-9) and vscalefps for the 2^n, which saves the
+// exponent-bit arithmetic of exp_nonpositive in the loop that bounds this
+// build's speed. A very negative t gives 0 (r is 0 once t is past 2^23).
+inline __m512 exp2_nonpositive(__m512 t) {
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(t, n);
+    __m512 q = _mm512_set1_ps(9.569989517331123e-3f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.591757968068123e-2f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(2.40247443318367e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(6.931218504905701e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.999992847442627e-1f));
+    return _mm512_scalef_ps(q, n);
+}
+
+// The online softmax of one group of 16 rows of raw scores (s: rows of s_row
+// floats, `keys` of them a multiple of 32, padding from `valid` on) against
+// the rows' running maxima and sums, in raw-score units:
+// e^(scale (s - max)) = 2^(c s - c max) with c = scale log2 e, so the scale
+// costs no pass of its own (it needs scale > 0, which keeps the maximum's
+// place). Padding keys get the lowest float, not -inf, so that r stays finite.
+// Writes the bf16 probabilities to pb (rows of s_row, zero on padding keys)
+// and the factors the rows' earlier outputs take to `alpha`.
+inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, float c, float* row_max,
+                         float* row_sum, uint16_t* pb, float* alpha) {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    alignas(64) float group_max[kTileRows];
+    for (int64_t i = 0; i < kTileRows; ++i) {
+        float* sr = s + i * s_row;
+        std::fill(sr + valid, sr + keys, std::numeric_limits<float>::lowest());
+        __m512 m0 = _mm512_set1_ps(neg_inf), m1 = m0;
+        for (int64_t j = 0; j < keys; j += 2 * W) {
+            m0 = _mm512_max_ps(m0, _mm512_loadu_ps(sr + j));
+            m1 = _mm512_max_ps(m1, _mm512_loadu_ps(sr + j + W));
+        }
+        group_max[i] = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    }
+    // All 16 rows' factors at once: 0 for a first key tile, exactly 1 where the maximum stays.
+    const __m512 old_max = _mm512_loadu_ps(row_max);
+    const __m512 new_max = _mm512_max_ps(old_max, _mm512_load_ps(group_max));
+    __m512 a = exp2_nonpositive(_mm512_mul_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(c)));
+    a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(old_max, new_max, _CMP_EQ_OQ), a, _mm512_set1_ps(1.0f));
+    a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(old_max, _mm512_set1_ps(neg_inf), _CMP_EQ_OQ), a, _mm512_setzero_ps());
+    _mm512_storeu_ps(row_max, new_max);
+    _mm512_storeu_ps(alpha, a);
+    alignas(64) float sums[kTileRows];
+    const __m512 vc = _mm512_set1_ps(c);
+    for (int64_t i = 0; i < kTileRows; ++i) {
+        const float* sr = s + i * s_row;
+        uint16_t* pr = pb + i * s_row;
+        const __m512 shift = _mm512_set1_ps(-row_max[i] * c);
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+        for (int64_t j = 0; j < keys; j += 2 * W) {
+            const __m512 e0 = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + j), vc, shift));
+            const __m512 e1 = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + j + W), vc, shift));
+            s0 = _mm512_add_ps(s0, e0);
+            s1 = _mm512_add_ps(s1, e1);
+            _mm512_storeu_si512(pr + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+        }
+        std::fill(pr + valid, pr + keys, uint16_t{0});
+        sums[i] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+    _mm512_storeu_ps(row_sum, _mm512_fmadd_ps(_mm512_loadu_ps(row_sum), a, _mm512_load_ps(sums)));
+}
+
+// The tile route needs all four operands in bf16, and a positive scale (softmax_row).
+inline bool tiles_route(const AttentionProblem& p) {
+    return p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16 && p.scale > 0;
 }
 
 void pack_bf16(const AttentionProblem& p, int64_t bh) {
@@ -303,8 +353,10 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
     const int64_t d2 = k_pairs(p.d), vecs = dp / kLanes;
     const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;
     const int64_t key_tile = std::min(kKeyTile, m_pad);  // a multiple of 32
-    std::vector<uint16_t> qt(kQueryTile * 2 * d2), pb(kQueryTile * key_tile);
-    std::vector<float> s(kQueryTile * key_tile), o(kQueryTile * dp);
+    const float c = p.scale * 1.44269504088896341f;
+    // Scores and probabilities for one group of 16 rows at a time stay in L1.
+    std::vector<uint16_t> qt(kQueryTile * 2 * d2), pb(kTileRows * key_tile);
+    std::vector<float> s(kTileRows * key_tile), o(kQueryTile * dp);
     std::vector<float> row_max(kQueryTile), row_sum(kQueryTile);
     const float neg_inf = -std::numeric_limits<float>::infinity();
     configure_tiles();
@@ -325,57 +377,31 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
         for (int64_t j0 = 0; j0 < m_pad; j0 += key_tile) {
             const int64_t keys = std::min(key_tile, m_pad - j0);  // a multiple of 32
             const int64_t valid = std::min(keys, p.m - j0);
+            const uint16_t* vt = vp + v_pair(j0 / 2, vecs);
             for (int64_t r = 0; r < rows_pad; r += kTileRows) {
                 int64_t j = 0;
                 for (; j + 4 * kLanes <= keys; j += 4 * kLanes)
-                    score_tiles<4>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[r * key_tile + j],
-                                   key_tile);
+                    score_tiles<4>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[j], key_tile);
                 if (j < keys)  // 32 keys left
-                    score_tiles<2>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[r * key_tile + j],
-                                   key_tile);
-            }
-            const Vec scale = splat(p.scale);
-            for (int64_t r = 0; r < rows_pad; ++r) {
-                float* sr = &s[r * key_tile];
-                for (int64_t j = 0; j < keys; j += W) store(sr + j, load(sr + j) * scale);
-                std::fill(sr + valid, sr + keys, neg_inf);  // padding keys take no weight
-                Vec mv = splat(neg_inf);
-                for (int64_t j = 0; j < keys; j += W) mv = vmax(mv, load(sr + j));
-                const float new_max = std::max(row_max[r], _mm512_reduce_max_ps((__m512)mv));
-                const float alpha = row_max[r] == neg_inf ? 0.0f : std::exp(row_max[r] - new_max);
-                row_max[r] = new_max;
-                Vec sum = Vec{};
-                const Vec mx = splat(new_max);
-                uint16_t* pr = &pb[r * key_tile];
-                for (int64_t j = 0; j < keys; j += W) {
-                    const Vec e = exp_nonpositive_bf16(load(sr + j) - mx);
-                    sum += e;
-                    const __m256i narrow = (__m256i)_mm512_cvtneps_pbh((__m512)e);
-                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + j), narrow);
-                }
-                std::fill(pr + valid, pr + keys, uint16_t{0});
-                row_sum[r] = row_sum[r] * alpha + _mm512_reduce_add_ps((__m512)sum);
-                if (alpha != 1.0f)
-                    for (int64_t c = 0; c < dp; ++c) o[r * dp + c] *= alpha;
-            }
-            const uint16_t* vt = vp + v_pair(j0 / 2, vecs);
-            for (int64_t r = 0; r < rows_pad; r += kTileRows) {
+                    score_tiles<2>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[j], key_tile);
+                alignas(64) float alpha[kTileRows];
+                softmax_rows(s.data(), key_tile, keys, valid, c, &row_max[r], &row_sum[r], pb.data(), alpha);
+                for (int64_t i = 0; i < kTileRows; ++i)
+                    if (alpha[i] != 1.0f)
+                        for (int64_t ch = 0; ch < dp; ++ch) o[(r + i) * dp + ch] *= alpha[i];
+                float* orow = &o[r * dp];
                 int64_t i = 0;
                 for (; i + 4 <= vecs; i += 4)
-                    value_tiles<4>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
-                                   &o[r * dp + i * kLanes], dp);
+                    value_tiles<4>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
                 switch (vecs - i) {
                     case 3:
-                        value_tiles<3>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
-                                       &o[r * dp + i * kLanes], dp);
+                        value_tiles<3>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
                         break;
                     case 2:
-                        value_tiles<2>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
-                                       &o[r * dp + i * kLanes], dp);
+                        value_tiles<2>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
                         break;
                     case 1:
-                        value_tiles<1>(&pb[r * key_tile], key_tile, vt + i * 2 * kLanes, vecs, keys,
-                                       &o[r * dp + i * kLanes], dp);
+                        value_tiles<1>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
                         break;
                     default:
                         break;
@@ -385,7 +411,7 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t oo = b * p.o_batch + (row0 + r) * p.o_row + h * p.d;
             const float inv = 1.0f / row_sum[r];
-            for (int64_t c = 0; c < p.d; ++c) p.out_bf16[oo + c] = float_to_bf16(o[r * dp + c] * inv);
+            for (int64_t ch = 0; ch < p.d; ++ch) p.out_bf16[oo + ch] = float_to_bf16(o[r * dp + ch] * inv);
         }
     }
     _tile_release();
@@ -396,7 +422,7 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
 
 void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
 #if defined(__AMX_BF16__)
-    if (p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16) {
+    if (tiles_route(p)) {
         for (int64_t bh = begin; bh < end; ++bh) pack_bf16(p, bh);
         return;
     }
@@ -424,7 +450,7 @@ void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
 
 void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
 #if defined(__AMX_BF16__)
-    if (p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16) return attend_bf16(p, begin, end);
+    if (tiles_route(p)) return attend_bf16(p, begin, end);
 #endif
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
     const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;

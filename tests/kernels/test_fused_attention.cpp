@@ -122,6 +122,18 @@ TEST(FusedAttention, BfloatInputsStayWithinTheirRounding) {
     }
 }
 
+// The AMX build folds the scale into its exponent, which needs scale > 0;
+// any other scale takes the general route of the same build.
+TEST(FusedAttention, BfloatWithANegativeScale) {
+    at::manual_seed(11);
+    // Scores up to ~±100: the maximum in the wrong place would overflow the exponent.
+    const auto q = (4 * at::randn({2, 70, 80})).to(at::kBFloat16), k = (4 * at::randn({2, 300, 80})).to(at::kBFloat16);
+    const auto v = at::randn({2, 300, 80}).to(at::kBFloat16);
+    const auto got = sd::fused_attention(q, k, v, 2, -0.3);
+    const auto want = plain_attention(q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble), 2, -0.3);
+    EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 0.03);
+}
+
 TEST(FusedAttention, BadShapesAreErrors) {
     const auto q = at::randn({1, 4, 16});
     EXPECT_THROW(sd::fused_attention(q, q, q, 3, 1.0), c10::Error);                        // 16 % 3
