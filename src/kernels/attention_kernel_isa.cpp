@@ -219,8 +219,8 @@ inline __m512 exp2_nonpositive(__m512 t) {
 // place). Padding keys get the lowest float, not -inf, so that r stays finite.
 // Writes the bf16 probabilities to pb (rows of s_row, zero on padding keys)
 // and the factors the rows' earlier outputs take to `alpha`.
-inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, float c, float* row_max,
-                         float* row_sum, uint16_t* pb, float* alpha) {
+inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, float c, float* row_max, float* row_sum,
+                         uint16_t* pb, float* alpha) {
     const float neg_inf = -std::numeric_limits<float>::infinity();
     alignas(64) float group_max[kTileRows];
     for (int64_t i = 0; i < kTileRows; ++i) {
