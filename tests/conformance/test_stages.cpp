@@ -2,10 +2,14 @@
 // (tests/fixtures/README.md gives the files and the pass criteria).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+
 #include <torch/script.h>
 
 #include "conformance_util.h"
 #include "engine/blocked_operators.h"
+#include "engine/q8_weights.h"
 #include "engine/stage_loader.h"
 #include "io/npy.h"
 #include "engine/sampling_loop.h"
@@ -202,4 +206,31 @@ TEST(Stages, ScriptErrorLineIsTheTracebacksLastLine) {
               "RuntimeError: Given groups=1, weight of size [3, 16, 3, 3]");
     EXPECT_EQ(sd::script_error_line("one line"), "one line");
     EXPECT_EQ(sd::script_error_line(" \n\n"), "unknown error");
+}
+
+// --weights q8 narrows the UNet's layers at load and copies the rest (biases, norms)
+// out of the weights file, so nothing maps the file afterwards: a mapped bias could
+// bring whole page-cache folios of the released layers back into the process on the
+// first forward (engine/q8_weights.cpp).
+TEST(Stages, Q8UnetLeavesItsWeightFileUnmapped) {
+    const std::string path = sdtest::test_models() + "/tiny-st/unet.pt";
+    auto mappings = [] {
+        std::ifstream maps("/proc/self/maps");
+        int n = 0;
+        for (std::string line; std::getline(maps, line);) n += line.find("tiny-st/unet.weights") != std::string::npos;
+        return n;
+    };
+    c10::InferenceMode guard;  // as the CLI loads its stages
+    {
+        const auto plain = sd::load_stage(path);
+        EXPECT_GT(mappings(), 0) << "the float stage maps its weights file";
+    }
+    ASSERT_EQ(mappings(), 0);
+    int narrowed = 0;
+    const auto q8 = sd::load_stage(path, at::kFloat, c10::kCPU, nullptr,
+                                   [&](torch::jit::Module& m) { narrowed = sd::narrow_to_q8(m, path); });
+    EXPECT_GT(narrowed, 0);
+    EXPECT_EQ(mappings(), 0);
+    for (const auto& p : q8.parameters())
+        if (p.is_floating_point()) EXPECT_EQ(p.scalar_type(), at::kFloat);
 }
