@@ -216,7 +216,8 @@ inline __m512 exp2_nonpositive(__m512 t) {
 // the rows' running maxima and sums, in raw-score units:
 // e^(scale (s - max)) = 2^(c s - c max) with c = scale log2 e, so the scale
 // costs no pass of its own (it needs scale > 0, which keeps the maximum's
-// place). Padding keys get the lowest float, not -inf, so that r stays finite.
+// place). Padding keys score -1e30: far below any real score, and finite after
+// the product with c (up to c = 3e8), so that r stays finite.
 // Writes the bf16 probabilities to pb (rows of s_row, zero on padding keys)
 // and the factors the rows' earlier outputs take to `alpha`.
 inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, float c, float* row_max, float* row_sum,
@@ -225,7 +226,7 @@ inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, f
     alignas(64) float group_max[kTileRows];
     for (int64_t i = 0; i < kTileRows; ++i) {
         float* sr = s + i * s_row;
-        std::fill(sr + valid, sr + keys, std::numeric_limits<float>::lowest());
+        std::fill(sr + valid, sr + keys, -1e30f);
         __m512 m0 = _mm512_set1_ps(neg_inf), m1 = m0;
         for (int64_t j = 0; j < keys; j += 2 * W) {
             m0 = _mm512_max_ps(m0, _mm512_loadu_ps(sr + j));
@@ -261,7 +262,7 @@ inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, f
     _mm512_storeu_ps(row_sum, _mm512_fmadd_ps(_mm512_loadu_ps(row_sum), a, _mm512_load_ps(sums)));
 }
 
-// The tile route needs all four operands in bf16, and a positive scale (softmax_row).
+// The tile route needs all four operands in bf16, and a positive scale (softmax_rows).
 inline bool tiles_route(const AttentionProblem& p) {
     return p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16 && p.scale > 0;
 }

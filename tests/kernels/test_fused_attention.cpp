@@ -134,6 +134,17 @@ TEST(FusedAttention, BfloatWithANegativeScale) {
     EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 0.03);
 }
 
+// A scale above 1/log2(e) with padded keys (37 keys, padded to 64): the AMX build's
+// padding scores times the scale must stay finite, or the row turns NaN.
+TEST(FusedAttention, BfloatWithALargeScaleAndPaddedKeys) {
+    at::manual_seed(12);
+    const auto q = (0.3 * at::randn({1, 40, 64})).to(at::kBFloat16), k = (0.3 * at::randn({1, 37, 64})).to(at::kBFloat16);
+    const auto v = at::randn({1, 37, 64}).to(at::kBFloat16);
+    const auto got = sd::fused_attention(q, k, v, 2, 4.0);
+    const auto want = plain_attention(q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble), 2, 4.0);
+    EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 0.03);
+}
+
 TEST(FusedAttention, BadShapesAreErrors) {
     const auto q = at::randn({1, 4, 16});
     EXPECT_THROW(sd::fused_attention(q, q, q, 3, 1.0), c10::Error);                        // 16 % 3
