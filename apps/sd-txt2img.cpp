@@ -150,7 +150,8 @@ struct Flags {
     bool from_png_lenient = false;  // skip the fields a PNG records that this tool cannot honour
     bool dry_run = false;           // print the jobs, run nothing
     std::string manifest;
-    std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto", prepack = "auto";
+    std::string attention = "auto", max_memory, sequential_load = "auto", vae_tiling = "auto", prepack = "auto",
+                winograd = "auto";
     std::string precision = "auto", weights = "auto", device = "auto";
     int batch_size = 0, threads = 0;
     std::vector<std::string> embeddings;  // textual inversion (issue 19)
@@ -320,6 +321,10 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option(
            "--prepack", f.prepack,
            "auto or on: convolution weights in oneDNN's layout from load on (fp32 on a CPU); off: as in the file")
+        ->capture_default_str();
+    app.add_option("--winograd", f.winograd,
+                   "auto, on or off: the UNet's first-level 3x3 convolutions by Winograd (fp32, prepacked, "
+                   "AVX-512); auto: when memory allows")
         ->capture_default_str();
     app.add_option("--sequential-load", f.sequential_load, "auto, on (one stage in memory at a time) or off")
         ->capture_default_str();
@@ -514,6 +519,7 @@ sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     if (!f.max_memory.empty()) o.max_memory = sd::parse_size(f.max_memory);
     o.sequential = parse_switch("--sequential-load", f.sequential_load);
     o.prepack = parse_switch("--prepack", f.prepack);
+    o.winograd = parse_switch("--winograd", f.winograd);
     o.vae_tile = parse_tiling(f.vae_tiling);
     if (app.count("--batch-size")) o.batch_size = f.batch_size;
     o.embeddings = f.embeddings;
@@ -886,6 +892,7 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
 
 int main(int argc, char** argv) {
     sd::use_passive_openmp();
+    sd::use_openblas_kernels_for_this_cpu();
     CLI::App app{"sd-txt2img: Stable Diffusion text to image on a modest machine"};
     // A flag given twice takes its last value, as shell users expect when appending to a command.
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

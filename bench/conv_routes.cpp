@@ -3,7 +3,9 @@
 // mkldnn tensors with the weight prepacked at load (what the CLI does), the
 // same with the activations left in oneDNN's blocked layout between layers,
 // and oneDNN called directly (libdnnl-dev, the library LibTorch links) with a
-// prepacked weight, on plain and on blocked activations.
+// prepacked weight, on plain and on blocked activations; and oneDNN's Winograd
+// convolution on blocked activations (what --winograd runs), counted at the direct
+// convolution's FLOPs, with its largest difference from the direct result.
 //
 //   cmake --build build --target bench_conv_routes
 //   build/bench_conv_routes [threads]        prints a Markdown table (GFLOP/s)
@@ -53,12 +55,14 @@ int main(int argc, char** argv) {
         {"UNet 256²", 2, 320, 32},   {"UNet 256²", 2, 640, 16},  {"UNet 256²", 2, 1280, 8},
         {"UNet 512²", 2, 320, 64},   {"UNet 512²", 2, 640, 32},  {"UNet 512²", 2, 1280, 16},
         {"VAE 512²", 1, 512, 64},    {"VAE 512²", 1, 512, 128},  {"VAE 512²", 1, 256, 256},
-        {"VAE 512²", 1, 128, 512},
+        {"VAE 512²", 1, 128, 512},   {"LCM 512²", 1, 320, 64},   {"LCM 512²", 1, 640, 32},
+        {"TAESD 512²", 1, 64, 256}, {"TAESD 512²", 1, 64, 512},
     };
     std::printf("conv3x3, padding 1, fp32, %d thread(s), GFLOP/s (best of 5):\n\n", threads);
     std::printf("| layer | N x C x H x W | LibTorch dense | LibTorch, prepacked weight (the CLI) | same, activations kept "
-                "blocked | oneDNN direct, plain activations | oneDNN direct, blocked activations |\n");
-    std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+                "blocked | oneDNN direct, plain activations | oneDNN direct, blocked activations | oneDNN Winograd, blocked "
+                "activations | Winograd's max difference / max output |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const auto& s : shapes) {
         const int64_t n = s.batch, c = s.channels, h = s.size;
         const double gflop = 2.0 * n * c * c * 9 * h * h / 1e9;
@@ -77,12 +81,12 @@ int main(int argc, char** argv) {
             best_seconds([&] { at::mkldnn_convolution(xm, packed, b, pad, stride, dil, 1); }, repeats);
 
         // oneDNN directly: weights "any" (reordered once), activations plain or "any".
-        auto direct = [&](bool blocked) {
+        at::Tensor out[2];  // direct and Winograd, blocked activations, read back plain
+        auto direct = [&](bool blocked, dnnl::algorithm alg = dnnl::algorithm::convolution_direct) {
             const dnnl::memory::dims src_d{n, c, h, h}, wei_d{c, c, 3, 3}, dst_d{n, c, h, h};
             const auto act = blocked ? tag::any : tag::nchw;
             const dnnl::convolution_forward::desc d(
-                dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                dnnl::memory::desc(src_d, dt::f32, act), dnnl::memory::desc(wei_d, dt::f32, tag::any),
+                dnnl::prop_kind::forward_inference, alg, dnnl::memory::desc(src_d, dt::f32, act), dnnl::memory::desc(wei_d, dt::f32, tag::any),
                 dnnl::memory::desc({c}, dt::f32, tag::a), dnnl::memory::desc(dst_d, dt::f32, act), {1, 1}, {1, 1},
                 {1, 1});
             const dnnl::convolution_forward::primitive_desc pd(d, eng);
@@ -99,18 +103,28 @@ int main(int argc, char** argv) {
             dnnl::memory dst(pd.dst_desc(), eng);
             dnnl::convolution_forward conv(pd);
             strm.wait();
-            return best_seconds(
+            const double seconds = best_seconds(
                 [&] {
                     conv.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wp}, {DNNL_ARG_BIAS, bias},
                                         {DNNL_ARG_DST, dst}});
                     strm.wait();
                 },
                 repeats);
+            if (blocked) {
+                auto& o = out[alg == dnnl::algorithm::convolution_winograd ? 1 : 0];
+                o = at::empty({n, c, h, h});
+                dnnl::memory plain({dst_d, dt::f32, tag::nchw}, eng, o.data_ptr<float>());
+                dnnl::reorder(dst, plain).execute(strm, dst, plain);
+                strm.wait();
+            }
+            return seconds;
         };
         const double onednn_plain = direct(false), onednn_blocked = direct(true);
-        std::printf("| %s | %ld x %ld x %ld x %ld | %.0f | %.0f | %.0f | %.0f | %.0f |\n", s.where, (long)n, (long)c,
-                    (long)h, (long)h, gflop / dense, gflop / torch_packed, gflop / torch_blocked,
-                    gflop / onednn_plain, gflop / onednn_blocked);
+        const double winograd = direct(true, dnnl::algorithm::convolution_winograd);
+        const double diff = (out[1] - out[0]).abs().max().item<double>() / out[0].abs().max().item<double>();
+        std::printf("| %s | %ld x %ld x %ld x %ld | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1e |\n", s.where,
+                    (long)n, (long)c, (long)h, (long)h, gflop / dense, gflop / torch_packed, gflop / torch_blocked,
+                    gflop / onednn_plain, gflop / onednn_blocked, gflop / winograd, diff);
         std::fflush(stdout);
     }
 }

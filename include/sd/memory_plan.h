@@ -55,6 +55,10 @@ struct MemoryPlan {
     // each prepacked conv copies its input and output into and out of that
     // layout, so the planner drops it before anything slower when memory is short.
     bool prepack = false;
+    // With prepack: the 3x3 convolutions of the UNet's first `winograd_levels`
+    // levels also held in oneDNN's Winograd form for this plan's size (2-3x
+    // faster, 4x their weights); and a TAESD's, where this is not 0.
+    int winograd_levels = 0;
     std::string compute;  // "fp32 on cpu, weights held in fp32": the pipeline's ComputeChoice, for describe()
     // Freed bytes the allocator may keep for reuse (block_cache.h): what 90%
     // of the budget leaves over the plan without it, at most the largest

@@ -56,17 +56,35 @@ at::Tensor finish(const at::Tensor& y, int64_t channels, int64_t block, bool pla
     return out;
 }
 
-// The weight as the convolution reads it: packed already (at load), or packed now.
-at::Tensor packed_weight(const at::Tensor& w, int64_t out, int64_t in, int64_t k, int64_t block) {
+// The weight as the convolution reads it: packed already (at load), or packed
+// now; with its Winograd slot where the packing added one.
+struct ConvWeight {
+    at::Tensor keep;
+    const float* direct = nullptr;
+    float* winograd = nullptr;  // the slot: its weights are transformed again for another size
+    int64_t winograd_floats = 0;
+};
+
+ConvWeight conv_weight(const at::Tensor& w, const kernels::ConvShape& s) {
     check_float_cpu(w, "a convolution weight");
+    ConvWeight out;
     if (w.dim() == 4) {
-        TORCH_CHECK(w.size(0) == out && w.size(1) == in && w.size(2) == k && w.size(3) == k,
+        TORCH_CHECK(w.size(0) == s.oc && w.size(1) == s.ic && w.size(2) == s.kh && w.size(3) == s.kw,
                     "sd_blocked: a convolution weight has the wrong shape");
-        return pack_conv_weight(w, block);
+        out.keep = pack_conv_weight(w, s.block);
+    } else {
+        const int64_t direct = kernels::packed_conv_weight_floats(s.oc, s.ic, s.kh, s.kw, s.block);
+        TORCH_CHECK(w.dim() == 1 && w.numel() >= direct, "sd_blocked: a packed convolution weight has the wrong size");
+        out.keep = w.contiguous();  // the module's own tensor: a slot transformed again stays so
+        if (w.numel() > direct) {
+            out.winograd = out.keep.data_ptr<float>() + direct;
+            out.winograd_floats = w.numel() - direct;
+            TORCH_CHECK(kernels::winograd_slot_fits(out.winograd, out.winograd_floats, s),
+                        "sd_blocked: a packed convolution weight has the wrong size");
+        }
     }
-    TORCH_CHECK(w.dim() == 1 && w.numel() == kernels::packed_conv_weight_floats(out, in, k, k, static_cast<int>(block)),
-                "sd_blocked: a packed convolution weight has the wrong size");
-    return w.contiguous();
+    out.direct = out.keep.data_ptr<float>();
+    return out;
 }
 
 const float* bias_ptr(const c10::optional<at::Tensor>& b, int64_t out, at::Tensor& keep) {
@@ -84,10 +102,11 @@ void conv(const at::Tensor& src, int64_t in, const at::Tensor& w, const c10::opt
     s.stride = stride, s.pad_top = s.pad_left = pad_begin, s.pad_bottom = s.pad_right = pad_end;
     s.block = static_cast<int>(block);
     TORCH_CHECK(dst.size(2) == s.oh() && dst.size(3) == s.ow(), "sd_blocked: output size mismatch");
-    const at::Tensor wp = packed_weight(w, out, in, k, block);
+    const ConvWeight wp = conv_weight(w, s);
     at::Tensor bias_keep;
     const float* bias = bias_ptr(b, out, bias_keep);
-    kernels::conv_blocked(s, src.data_ptr<float>(), wp.data_ptr<float>(), bias, dst.data_ptr<float>(), accumulate);
+    kernels::conv_blocked(s, src.data_ptr<float>(), wp.direct, wp.winograd, wp.winograd_floats, bias,
+                          dst.data_ptr<float>(), accumulate);
 }
 
 // y = SiLU(GroupNorm(x + add)) on blocked x [N, Cb, H, W, B] of `channels`
@@ -181,17 +200,39 @@ at::Tensor blocked_to_plain(const at::Tensor& x) {
     return finish(x.contiguous(), x.size(1) * block, block, true);
 }
 
-at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block) {
+at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSize& winograd) {
     kernel_for(block);
     check_float_cpu(w, "a convolution weight");
     TORCH_CHECK(w.dim() == 4, "sd_blocked: a convolution weight must be [out, in, kh, kw]");
     const auto wc = w.contiguous();
-    auto p = at::empty(
-        {kernels::packed_conv_weight_floats(w.size(0), w.size(1), w.size(2), w.size(3), static_cast<int>(block))},
-        w.options());
-    kernels::pack_conv_weights(wc.data_ptr<float>(), w.size(0), w.size(1), w.size(2), w.size(3),
-                               static_cast<int>(block), p.data_ptr<float>());
+    const int64_t oc = w.size(0), ic = w.size(1), kh = w.size(2), kw = w.size(3);
+    const int64_t direct = kernels::packed_conv_weight_floats(oc, ic, kh, kw, static_cast<int>(block));
+    const bool wants_slot = winograd.rows > 0 && kh == 3 && kw == 3;
+    const int64_t slot = wants_slot ? kernels::winograd_slot_floats(oc, ic, static_cast<int>(block)) : 0;
+    auto p = at::empty({direct + slot}, w.options());
+    kernels::pack_conv_weights(wc.data_ptr<float>(), oc, ic, kh, kw, static_cast<int>(block), p.data_ptr<float>());
+    if (slot == 0) return p;
+    kernels::ConvShape s;
+    s.n = winograd.rows, s.ic = ic, s.oc = oc, s.ih = winograd.height, s.iw = winograd.width, s.kh = s.kw = 3;
+    s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+    s.block = static_cast<int>(block);
+    // No Winograd convolution at the size planned for: the direct weight alone.
+    if (!kernels::make_winograd_slot(p.data_ptr<float>(), s, p.data_ptr<float>() + direct, slot))
+        return p.narrow(0, 0, direct).clone();
     return p;
+}
+
+bool winograd_available() {
+    if (blocked_route_block() != 16) return false;
+    kernels::ConvShape probe;  // a UNet first-level layer at 512x512
+    probe.n = 1, probe.ic = probe.oc = 320, probe.ih = probe.iw = 64, probe.kh = probe.kw = 3;
+    probe.pad_top = probe.pad_left = probe.pad_bottom = probe.pad_right = 1;
+    return kernels::winograd_runs(probe);
+}
+
+bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block) {
+    return packed.dim() == 1 &&
+           packed.numel() > kernels::packed_conv_weight_floats(out, in, k, k, static_cast<int>(block));
 }
 
 at::Tensor blocked_resblock(const at::Tensor& x, const c10::optional<at::Tensor>& emb_out, const at::Tensor& norm1_w,
@@ -223,6 +264,26 @@ at::Tensor blocked_resblock(const at::Tensor& x, const c10::optional<at::Tensor>
     // The residual add rides on the second convolution: out = skip + conv2(hidden).
     conv(hidden, out_channels, conv2_w, conv2_b, out, out_channels, 3, 1, 1, 1, block, true);
     return finish(out, out_channels, block, plain_out);
+}
+
+at::Tensor blocked_conv3x3(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b, int64_t in,
+                           int64_t out, int64_t block, const at::Tensor& sum) {
+    kernel_for(block);
+    TORCH_CHECK(in % block == 0, "sd_blocked::conv3x3: ", in, " input channels are not whole blocks of ", block);
+    const at::Tensor xb = as_blocked(x, in, block);
+    at::Tensor dst;
+    if (sum.defined()) {
+        TORCH_CHECK(sum.dim() == 5 && sum.is_contiguous() && sum.size(0) == xb.size(0) &&
+                        sum.size(1) == blocks_of(out, block) && sum.size(2) == xb.size(2) &&
+                        sum.size(3) == xb.size(3) && sum.size(4) == block,
+                    "sd_blocked::conv3x3: the sum is not a blocked tensor of the result's shape");
+        check_float_cpu(sum, "the sum");
+        dst = sum;
+    } else {
+        dst = empty_blocked(xb.size(0), out, xb.size(2), xb.size(3), block);
+    }
+    conv(xb, in, w, b, dst, out, 3, 1, 1, 1, block, sum.defined());
+    return dst;
 }
 
 at::Tensor blocked_upsample(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b,
@@ -277,7 +338,8 @@ void register_blocked_operators() {
             &blocked_downsample);
         lib->def("to_plain(Tensor x) -> Tensor", &blocked_to_plain);
         // For benchmarks and tests that switch modules from Python (the exports never call these).
-        lib->def("pack_weight(Tensor w, int block) -> Tensor", &pack_conv_weight);
+        lib->def("pack_weight(Tensor w, int block) -> Tensor",
+                 [](const at::Tensor& w, int64_t block) { return pack_conv_weight(w, block); });
         lib->def("route_block() -> int", [] { return static_cast<int64_t>(blocked_route_block()); });
     });
 }

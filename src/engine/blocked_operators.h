@@ -37,13 +37,35 @@ at::Tensor blocked_upsample(const at::Tensor& x, const at::Tensor& w, const c10:
 at::Tensor blocked_downsample(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b,
                               int64_t channels, int64_t pad_begin, int64_t pad_end, int64_t block, bool plain_out);
 
+// A 3x3 convolution, stride 1, padding 1, of blocked x (`in` channels, a multiple of
+// the block) to `out` channels, blocked; w plain or packed (pack_conv_weight, with or
+// without its Winograd form). With `sum` (blocked, the result's shape), the result is
+// added to it, in place, and `sum` returned.
+at::Tensor blocked_conv3x3(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b, int64_t in,
+                           int64_t out, int64_t block, const at::Tensor& sum = {});
+
 // A blocked tensor as plain [N, C, H, W]; a plain one as it is.
 at::Tensor blocked_to_plain(const at::Tensor& x);
 // A plain tensor in the blocked layout of `block` (channels zero-padded).
 at::Tensor plain_to_blocked(const at::Tensor& x, int64_t block);
 
-// A conv weight [out, in, k, k] (fp32) in the blocked weight layout: a 1-D tensor.
-at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block);
+// The problem a 3x3 layer's Winograd weights are made for (kernels::pack_winograd_weights):
+// images per pass and the layer's input height and width; rows 0: none.
+struct WinogradSize {
+    int64_t rows = 0, height = 0, width = 0;
+};
+
+// A conv weight [out, in, k, k] (fp32) in the blocked weight layout: a 1-D tensor,
+// followed, for a 3x3 weight and a WinogradSize where oneDNN has a Winograd
+// convolution, by a Winograd slot (kernels::make_winograd_slot) holding its weights
+// transformed for that size: transformed again, in place, when the layer runs at
+// another size, so that results never depend on the sizes run before.
+at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSize& winograd = {});
+// Whether the blocked route runs Winograd convolutions here (AVX-512 and oneDNN's
+// Winograd primitives; not under DNNL_MAX_CPU_ISA=AVX2 or SD_BLOCKED_ISA=avx2).
+bool winograd_available();
+// Whether a weight pack_conv_weight returned carries a Winograd slot.
+bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block);
 
 // Registers sd_blocked::* with the dispatcher; safe to call more than once.
 void register_blocked_operators();

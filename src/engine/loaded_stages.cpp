@@ -143,6 +143,12 @@ bool LoadedStages::prepack_applies(const std::string& path) const {
     return device_.is_cpu() && (fp32 || bf16);
 }
 
+// The blocked route (fp32) on a CPU where oneDNN has Winograd convolutions.
+bool LoadedStages::winograd_applies_to_unet() const {
+    return prepack_applies(config_.unet_path) && compute_type_ == at::kFloat &&
+           weight_type(config_.unet_path) == at::kFloat && winograd_available();
+}
+
 torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, double* seconds) {
     if (slot) return *slot;
     const double start = seconds_since_process_start();
@@ -170,17 +176,23 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
     }
     slot = load_stage(path, weight_type(path), device_, vae ? &vae_override_ : nullptr, edit);
     if (prepack_ && prepack_applies(path)) {
-        prepack_blocked(*slot);  // the ResNet blocks on blocked activations, then the other convolutions
+        const bool unet = path == config_.unet_path;
+        int winograd_layers = 0;
+        // the ResNet blocks on blocked activations, then the other convolutions
+        prepack_blocked(*slot, unet ? winograd_ : WinogradChoice{}, &winograd_layers);
         prepack_convolutions(*slot);
         use_fused_rows(*slot);  // fp32's one-pass GEGLU gate
-        if (path == config_.unet_path) unet_packed_ = true;
+        if (unet) {
+            unet_packed_ = true;
+            unet_winograd_ = winograd_layers > 0;
+        }
     }
     *seconds += seconds_since_process_start() - start;
     return *slot;
 }
 
 void LoadedStages::release(Slot& slot) {
-    if (&slot == &unet_) unet_packed_ = false;
+    if (&slot == &unet_) unet_packed_ = unet_winograd_ = false;
     slot.reset();
     release_free_memory();
 }

@@ -10,6 +10,7 @@
 
 #include <torch/script.h>
 
+#include "engine/stage_loader.h"
 #include "io/lora_keys.h"
 #include "sd/pipeline.h"
 
@@ -62,6 +63,11 @@ public:
     void set_prepack(bool on) { prepack_ = on; }
     bool prepack_applies_to_unet() const { return prepack_applies(config_.unet_path); }
     bool unet_packed() const { return unet_packed_; }
+    // The plan's Winograd choice for the UNet loaded next (with --prepack), and
+    // whether the loaded UNet holds Winograd weights.
+    void set_winograd(const WinogradChoice& w) { winograd_ = w; }
+    bool winograd_applies_to_unet() const;
+    bool unet_winograd() const { return unet_winograd_; }
 
     // --vae: a standalone VAE's decoder tensors, read and checked now.
     void set_vae_override(const std::string& path);
@@ -88,7 +94,8 @@ private:
     at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
     at::ScalarType text_type_ = at::kFloat;                              // the text encoders, held and computed
     Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_, vae_encoder_;
-    bool prepack_ = false, unet_packed_ = false;
+    bool prepack_ = false, unet_packed_ = false, unet_winograd_ = false;
+    WinogradChoice winograd_;
     bool q8_unet_ = false;
     std::map<std::string, at::Tensor> vae_override_;
     std::vector<LoraUse> merged_loras_;

@@ -165,6 +165,12 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
         r.prepack = stages_->unet_packed();
     else
         r.prepack = options_.prepack;
+    if (!stages_->winograd_applies_to_unet() || !r.prepack.value_or(true))
+        r.winograd = false;
+    else if (stages_->unet_loaded())
+        r.winograd = stages_->unet_winograd();
+    else
+        r.winograd = options_.winograd;
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
     return r;
 }
@@ -338,6 +344,15 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     const MemoryPlan first_plan = s.hires.active() ? this->plan(first, n) : plan;
     set_block_cache_limit(static_cast<size_t>(plan.block_cache));
     stages_->set_prepack(plan.prepack);
+    // Winograd weights for the first pass's size, which the UNet loads for: level l runs
+    // at the latent size / 2^l.
+    WinogradChoice winograd;
+    for (int level = 0; level < plan.winograd_levels; ++level) {
+        const int64_t div = int64_t{config_.downsample_factor} << level;
+        winograd.levels.push_back({memory_.unet_level_channels[static_cast<size_t>(level)],
+                                   {first_plan.unet_rows, s.height / div, s.width / div}});
+    }
+    stages_->set_winograd(winograd);
     c10::InferenceMode guard;
     peaks_ = {};
     try {

@@ -349,7 +349,7 @@ int prepack_convolutions(torch::jit::Module& m) {
     return packed;
 }
 
-int prepack_blocked(torch::jit::Module& m) {
+int prepack_blocked(torch::jit::Module& m, const WinogradChoice& winograd, int* winograd_layers) {
     const int block = blocked_route_block();
     if (block == 0) return 0;
     int switched = 0;
@@ -370,7 +370,16 @@ int prepack_blocked(torch::jit::Module& m) {
         if (!fits || convs.empty()) continue;
         for (auto& conv : convs) {
             const at::Tensor w = conv.attr("weight").toTensor();
-            conv.register_parameter("weight", pack_conv_weight(w, block), /*is_buffer=*/false);
+            const auto type = conv.type();
+            const bool unit_stride =
+                type->hasConstant("stride") && int_list(type->getConstant("stride")) == std::vector<int64_t>{1, 1};
+            WinogradSize size;
+            for (const auto& [channels, at] : winograd.levels)
+                if (unit_stride && w.size(2) == 3 && w.size(3) == 3 && w.size(0) == channels) size = at;
+            const at::Tensor packed = pack_conv_weight(w, block, size);
+            if (winograd_layers && has_winograd_form(packed, w.size(0), w.size(1), w.size(2), block))
+                ++*winograd_layers;
+            conv.register_parameter("weight", packed, /*is_buffer=*/false);
         }
         sub.setattr("blocked", static_cast<int64_t>(block));
         ++switched;

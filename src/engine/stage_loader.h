@@ -3,9 +3,12 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/script.h>
 
+#include "engine/blocked_operators.h"
 #include "sd/memory_plan.h"
 
 namespace sd {
@@ -55,7 +58,15 @@ int prepack_convolutions(torch::jit::Module& m);
 // blocked weight layout once, here, and `blocked` is set to the block. Only fp32
 // weights on the CPU, where the CPU has a blocked route. Returns the count switched.
 // Run before prepack_convolutions, which then packs the convolutions left.
-int prepack_blocked(torch::jit::Module& m);
+// With `winograd`, the 3x3 stride-1 convolutions whose output channels one of its
+// levels names (a UNet level's width) also get their Winograd form for that level's
+// size (blocked_operators.h; where two levels share a width, the last one's: the
+// other's layers then run it only where oneDNN's layout allows, else directly);
+// winograd_layers counts them.
+struct WinogradChoice {
+    std::vector<std::pair<int64_t, WinogradSize>> levels;  // output channels, the size they run at
+};
+int prepack_blocked(torch::jit::Module& m, const WinogradChoice& winograd = {}, int* winograd_layers = nullptr);
 
 // Sets `fused_rows` to 1 on every module of m that has it (GEGLU in
 // python/sd_export/modules/unet.py): fp32 then runs its one-pass row operators

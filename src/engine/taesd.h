@@ -26,7 +26,9 @@ public:
 
     // UNet latents as they are (TAESD is trained on them: no 1/scale_factor),
     // [n, 4, h, w] -> RGB [n, 3, 8h, 8w] in [0, 1] nominal.
-    at::Tensor decode(const at::Tensor& latents) const;
+    // winograd: fp32 on a CPU with Winograd convolutions (blocked_operators.h) runs
+    // the C-channel layers on blocked activations by Winograd (the plan's choice).
+    at::Tensor decode(const at::Tensor& latents, bool winograd = false) const;
 
     // Moves the weights (kept fp32 on the CPU after loading).
     void to(c10::Device device, at::ScalarType dtype);
@@ -37,6 +39,7 @@ public:
 private:
     const at::Tensor& w(const std::string& key) const { return weights_.at(key); }
     at::Tensor block(const at::Tensor& x, int layer) const;
+    at::Tensor decode_blocked(const at::Tensor& latents) const;
 
     std::map<std::string, at::Tensor> weights_;  // madebyollin's names
     int channels_ = 0;

@@ -114,15 +114,16 @@ VaeCodec::VaeCodec(const PipelineOptions& o, LoadedStages& stages) : stages_(sta
 
 // TAESD takes the UNet's latents as they are and gives [0, 1]; 2x - 1 makes
 // it a VAE's output. One image at a time, like the VAE.
-at::Tensor VaeCodec::decode_taesd(const TaesdDecoder& t, const at::Tensor& latents) const {
+at::Tensor VaeCodec::decode_taesd(const TaesdDecoder& t, const at::Tensor& latents, bool winograd) const {
     std::vector<at::Tensor> images;
     for (int64_t i = 0; i < latents.size(0); ++i)
-        images.push_back(LoadedStages::to_host(t.decode(stages_.to_device(latents.slice(0, i, i + 1)))) * 2.0 - 1.0);
+        images.push_back(
+            LoadedStages::to_host(t.decode(stages_.to_device(latents.slice(0, i, i + 1)), winograd)) * 2.0 - 1.0);
     return at::cat(images);
 }
 
 at::Tensor VaeCodec::decode(const at::Tensor& latents, const MemoryPlan& plan) {
-    if (taesd_) return decode_taesd(*taesd_, latents);
+    if (taesd_) return decode_taesd(*taesd_, latents, plan.winograd_levels > 0);
     const ModelConfig& config = stages_.config();
     auto& dec = stages_.vae_decoder();
     set_attention(dec, {plan.attention_mode, plan.attention_chunk});

@@ -57,7 +57,7 @@ public:
     void maybe_preview(int step, int total, const at::Tensor& x, const at::Tensor& pred_x0);
 
 private:
-    at::Tensor decode_taesd(const TaesdDecoder& t, const at::Tensor& latents) const;
+    at::Tensor decode_taesd(const TaesdDecoder& t, const at::Tensor& latents, bool winograd = false) const;
 
     LoadedStages& stages_;
     int preview_every_ = 0;

@@ -8,11 +8,13 @@
 #if SD_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 #endif
 
 namespace sd::kernels {
@@ -149,23 +151,210 @@ void reorder(const dnnl::memory::desc& from, const float* x, const dnnl::memory:
     s.wait();
 }
 
+// A Winograd slot begins with this header: the problem its weights were transformed
+// for (n 0: none yet), and the slot's length.
+struct WinogradHeader {
+    uint64_t magic;
+    int64_t n, ic, oc, ih, iw, block, floats;
+};
+constexpr uint64_t kWinogradMagic = 0x31304f4e49574453ull;  // "SDWINO01" in memory order
+constexpr int64_t kHeaderFloats = 16;                       // 64 bytes: the weights after it stay aligned
+static_assert(sizeof(WinogradHeader) <= kHeaderFloats * sizeof(float), "header too large");
+
+WinogradHeader header_of(const float* slot) {
+    WinogradHeader h;
+    std::memcpy(&h, slot, sizeof h);
+    return h;
+}
+
+struct WinogradPrimitive {
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward primitive;
+};
+
+// oneDNN's Winograd convolution for s, or null where it has none (not 3x3 stride 1
+// padding 1, block 8, a CPU without AVX-512). Its weights are laid out as oneDNN likes
+// them for s, bias and no sum; or, given weights_made_for, in that problem's layout:
+// the layout can change with the size and even with the bias and sum (F(2x2) or F(4x4)).
+std::shared_ptr<const WinogradPrimitive> winograd_primitive(const ConvShape& s, bool with_bias, bool accumulate,
+                                                            const ConvShape* weights_made_for = nullptr) {
+    if (s.kh != 3 || s.kw != 3 || s.stride != 1 || s.pad_top != 1 || s.pad_left != 1 || s.pad_bottom != 1 ||
+        s.pad_right != 1 || s.block != 16)
+        return nullptr;
+    std::shared_ptr<const WinogradPrimitive> layout;
+    if (weights_made_for) {
+        layout = winograd_primitive(*weights_made_for, true, false);
+        if (!layout) return nullptr;
+    }
+    static std::mutex mu;
+    using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t>;
+    static std::map<Key, std::shared_ptr<const WinogradPrimitive>> cache;
+    const Key key{s.n,
+                  s.ic,
+                  s.oc,
+                  s.ih,
+                  s.iw,
+                  with_bias,
+                  accumulate,
+                  weights_made_for ? weights_made_for->n : -1,
+                  weights_made_for ? weights_made_for->ih : -1,
+                  weights_made_for ? weights_made_for->iw : -1};
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    if (cache.size() >= 512) cache.clear();
+    const dnnl::memory::desc src({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
+    const dnnl::memory::desc dst({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
+    const dnnl::memory::desc wei =
+        layout ? layout->pd.weights_desc() : dnnl::memory::desc({s.oc, s.ic, 3, 3}, dt::f32, tag::any);
+    const dnnl::memory::desc bias({s.oc}, dt::f32, tag::a);
+    const auto alg = dnnl::algorithm::convolution_winograd;
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const dnnl::memory::dims strides{1, 1}, pad{1, 1};
+    std::shared_ptr<const WinogradPrimitive> made;
+    try {
+        const auto d = with_bias ? dnnl::convolution_forward::desc(prop, alg, src, wei, bias, dst, strides, pad, pad)
+                                 : dnnl::convolution_forward::desc(prop, alg, src, wei, dst, strides, pad, pad);
+        dnnl::primitive_attr attr;
+        if (accumulate) {
+            dnnl::post_ops ops;
+            ops.append_sum(1.0f);
+            attr.set_post_ops(ops);
+        }
+        dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
+        made = std::make_shared<const WinogradPrimitive>(WinogradPrimitive{pd, dnnl::convolution_forward(pd)});
+    } catch (const dnnl::error&) {
+        // unimplemented for this shape or CPU: the direct convolution runs
+    }
+    cache.emplace(key, made);
+    return made;
+}
+
+// oneDNN's F(4x4, 3x3) weights (its OBaaIBOIio layout, 16-channel blocks): U = G g Gᵀ
+// for each output and input channel, laid out as [oc chunk][6][6][ic chunk][oc2 block]
+// [ic2 block][16 inputs][16 outputs], from the weight as pack_conv_weights packed it
+// (OIhw16i16o: a block's 16 outputs side by side, which go through the vector lanes
+// together). oneDNN's own reorder does the same at ~20 ns a weight (1 s for the UNet's
+// second level). G's rows are Lagrange's for the points oneDNN's 4x3 kernels interpolate
+// at (0, 5/8, -5/8, 3/2, -3/2, then infinity): c (1, x, x²) with c = 1 / prod over the
+// other finite points (x - x'), and (0, 0, 1); its kernels' input and output transforms
+// expect this G.
+__attribute__((target("avx512f"))) void winograd_4x3_weights(const float* packed, const dnnl_wino_desc_t& d,
+                                                             float* out) {
+    constexpr int L = 16, A = 6;
+    static const auto G = [] {
+        const double x[A - 1] = {0.0, 0.625, -0.625, 1.5, -1.5};
+        std::array<std::array<float, 3>, A> g{};
+        for (int i = 0; i < A - 1; ++i) {
+            double prod = 1.0;
+            for (int j = 0; j < A - 1; ++j)
+                if (j != i) prod *= x[i] - x[j];
+            g[i] = {static_cast<float>(1.0 / prod), static_cast<float>(x[i] / prod),
+                    static_cast<float>(x[i] * x[i] / prod)};
+        }
+        g[A - 1] = {0.0f, 0.0f, 1.0f};
+        return g;
+    }();
+    const int64_t nb_oc = d.oc / L, nb_ic = d.ic / L;
+    const int64_t ic_chunks = nb_ic / d.ic2_block;
+    for (int64_t ocb = 0; ocb < nb_oc; ++ocb) {
+        const int64_t occ = ocb / d.oc2_block, ob2 = ocb % d.oc2_block;
+        for (int64_t icp = 0; icp < d.ic; ++icp) {
+            const int64_t icc = icp / (L * d.ic2_block), ib2 = (icp / L) % d.ic2_block, i = icp % L;
+            const float* g = packed + (ocb * nb_ic + icp / L) * 9 * L * L + i * L;  // + k * L * L: tap k's 16 outputs
+            float t[3][A][L];
+            for (int k = 0; k < 3; ++k)
+                for (int j = 0; j < A; ++j)
+                    for (int o = 0; o < L; ++o)
+                        t[k][j][o] = g[(3 * k) * L * L + o] * G[j][0] + g[(3 * k + 1) * L * L + o] * G[j][1] +
+                                     g[(3 * k + 2) * L * L + o] * G[j][2];
+            for (int a = 0; a < A; ++a)
+                for (int b = 0; b < A; ++b) {
+                    const int64_t chunk = ((occ * A + a) * A + b) * ic_chunks + icc;
+                    float* u = out + (((chunk * d.oc2_block + ob2) * d.ic2_block + ib2) * L + i) * L;
+                    for (int o = 0; o < L; ++o)
+                        u[o] = G[a][0] * t[0][b][o] + G[a][1] * t[1][b][o] + G[a][2] * t[2][b][o];
+                }
+        }
+    }
+}
+
+// Transforms the packed weight into the slot for problem s (oneDNN's layout for s,
+// bias and no sum). False, and the slot marked empty, where oneDNN has no Winograd
+// convolution for s or its layout would not fit.
+bool transform_into(const float* packed, const ConvShape& s, float* slot, int64_t slot_floats) {
+    WinogradHeader h{kWinogradMagic, 0, s.ic, s.oc, 0, 0, s.block, slot_floats};
+    const auto p = winograd_primitive(s, true, false);
+    const size_t bytes = p ? p->pd.weights_desc().get_size() : 0;
+    if (p && kHeaderFloats + static_cast<int64_t>(bytes / sizeof(float)) <= slot_floats) {
+        const dnnl_memory_desc_t& md = p->pd.weights_desc().data;
+        const dnnl_wino_desc_t& wd = md.format_desc.wino_desc;
+        const int64_t ic16 = (s.ic + 15) / 16 * 16, oc16 = (s.oc + 15) / 16 * 16;
+        if (md.format_kind == dnnl_format_kind_wino && wd.wino_format == dnnl_wino_wei_OBaaIBOIio && wd.r == 3 &&
+            wd.alpha == 6 && wd.oc_block == 16 && wd.ic_block == 16 && wd.oc == oc16 && wd.ic == ic16 &&
+            wd.oc2_block > 0 && wd.ic2_block > 0 && (oc16 / 16) % wd.oc2_block == 0 &&
+            (ic16 / 16) % wd.ic2_block == 0 && static_cast<size_t>(oc16) * ic16 * 36 * sizeof(float) == bytes) {
+            winograd_4x3_weights(packed, wd, slot + kHeaderFloats);
+        } else {  // another layout (F(2x2, 3x3)): oneDNN's reorder, from the plain weight
+            std::vector<float> plain(static_cast<size_t>(s.oc * s.ic * 9));
+            const dnnl::memory::dims dims{s.oc, s.ic, 3, 3};
+            reorder({dims, dt::f32, weight_tag(s.block)}, packed, {dims, dt::f32, tag::oihw}, plain.data());
+            reorder({dims, dt::f32, tag::oihw}, plain.data(), p->pd.weights_desc(), slot + kHeaderFloats);
+        }
+        h.n = s.n, h.ih = s.ih, h.iw = s.iw;
+    }
+    std::memset(slot, 0, kHeaderFloats * sizeof(float));
+    std::memcpy(slot, &h, sizeof h);
+    return h.n > 0;
+}
+
 }  // namespace
 
-void conv_blocked(const ConvShape& s, const float* src, const float* packed_weights, const float* bias, float* dst,
-                  bool accumulate) {
-    const auto prim = conv_primitive(s, bias != nullptr, accumulate);
+bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weights, float* winograd,
+                  int64_t winograd_floats, const float* bias, float* dst, bool accumulate) {
     auto& eng = cpu_engine();
     const dnnl::memory::desc sd({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc dd({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
-    const dnnl::memory::desc wd({s.oc, s.ic, s.kh, s.kw}, dt::f32, weight_tag(s.block));
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(sd, eng, const_cast<float*>(src))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(wd, eng, const_cast<float*>(packed_weights))},
-        {DNNL_ARG_DST, dnnl::memory(dd, eng, dst)}};
+    std::shared_ptr<const WinogradPrimitive> wino;
+    if (winograd && winograd_primitive(s, true, false)) {
+        const WinogradHeader h = header_of(winograd);
+        const bool ready = h.n == s.n && h.ih == s.ih && h.iw == s.iw;
+        if (ready || transform_into(packed_weights, s, winograd, winograd_floats))
+            wino = winograd_primitive(s, bias != nullptr, accumulate, &s);
+    }
+    const auto direct = wino ? nullptr : conv_primitive(s, bias != nullptr, accumulate);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(sd, eng, const_cast<float*>(src))},
+                                               {DNNL_ARG_DST, dnnl::memory(dd, eng, dst)}};
+    if (wino)
+        args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(wino->pd.weights_desc(), eng, winograd + kHeaderFloats));
+    else
+        args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory({{s.oc, s.ic, s.kh, s.kw}, dt::f32, weight_tag(s.block)}, eng,
+                                                    const_cast<float*>(packed_weights)));
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory({{s.oc}, dt::f32, tag::a}, eng, const_cast<float*>(bias)));
     dnnl::stream strm(eng);
-    prim->execute(strm, args);
+    if (wino)
+        wino->primitive.execute(strm, args);
+    else
+        direct->execute(strm, args);
     strm.wait();
+    return wino != nullptr;
+}
+
+int64_t winograd_slot_floats(int64_t oc, int64_t ic, int block) {
+    if (block != 16) return 0;
+    return kHeaderFloats + (oc + 15) / 16 * 16 * ((ic + 15) / 16 * 16) * 36;  // F(4x4, 3x3): 36 floats for 9
+}
+
+bool winograd_runs(const ConvShape& s) { return winograd_primitive(s, true, false) != nullptr; }
+
+bool make_winograd_slot(const float* packed_weights, const ConvShape& s, float* slot, int64_t slot_floats) {
+    return slot_floats >= kHeaderFloats && transform_into(packed_weights, s, slot, slot_floats);
+}
+
+bool winograd_slot_fits(const float* slot, int64_t slot_floats, const ConvShape& s) {
+    if (!slot || slot_floats < kHeaderFloats) return false;
+    const WinogradHeader h = header_of(slot);
+    return h.magic == kWinogradMagic && h.ic == s.ic && h.oc == s.oc && h.block == s.block && h.floats == slot_floats &&
+           slot_floats == winograd_slot_floats(s.oc, s.ic, s.block) && h.n >= 0;
 }
 
 void pack_conv_weights(const float* w, int64_t oc, int64_t ic, int64_t kh, int64_t kw, int block, float* packed) {
@@ -186,9 +375,13 @@ void to_plain(const float* x, int64_t n, int64_t c, int64_t h, int64_t w, int bl
 #else
 
 // blocked_kernel() is null in a build without oneDNN, so nothing calls these.
-void conv_blocked(const ConvShape&, const float*, const float*, const float*, float*, bool) {
+bool conv_blocked(const ConvShape&, const float*, const float*, float*, int64_t, const float*, float*, bool) {
     throw std::runtime_error("this build has no oneDNN: no blocked convolutions");
 }
+int64_t winograd_slot_floats(int64_t, int64_t, int) { return 0; }
+bool winograd_runs(const ConvShape&) { return false; }
+bool make_winograd_slot(const float*, const ConvShape&, float*, int64_t) { return false; }
+bool winograd_slot_fits(const float*, int64_t, const ConvShape&) { return false; }
 void pack_conv_weights(const float*, int64_t, int64_t, int64_t, int64_t, int, float*) {
     throw std::runtime_error("this build has no oneDNN: no blocked convolutions");
 }

@@ -48,8 +48,29 @@ struct ConvShape {
     int64_t oh() const { return (ih + pad_top + pad_bottom - kh) / stride + 1; }
     int64_t ow() const { return (iw + pad_left + pad_right - kw) / stride + 1; }
 };
-void conv_blocked(const ConvShape& s, const float* src, const float* packed_weights, const float* bias, float* dst,
-                  bool accumulate);
+// winograd: null, or a slot make_winograd_slot made for this layer. Where oneDNN has a
+// Winograd convolution for s, the slot's weights are used, transformed for s first
+// if they were made for another size (so a result depends on s alone, never on the
+// sizes run before); elsewhere the direct weights are. Returns whether the slot was used.
+bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weights, float* winograd,
+                  int64_t winograd_floats, const float* bias, float* dst, bool accumulate);
+
+// Winograd F(4x4, 3x3) or F(2x2, 3x3) through oneDNN (its AVX-512 builds, block 16), for
+// 3x3 convolutions with stride 1 and padding 1: 2-3x faster than the direct ones at
+// the UNet's first two levels, for 4x the weight memory, and results within ~4e-6 of
+// the largest output (docs/benchmarks.md). oneDNN lays the transformed weights out
+// per problem (batch and image size, even bias and sum, can change it), so a slot
+// holds a header naming the size they were made for, and room for the largest layout.
+// Floats of a slot for an [oc, ic, 3, 3] weight in blocks of `block`; 0 where this
+// build has no Winograd convolutions (block 8, no oneDNN).
+int64_t winograd_slot_floats(int64_t oc, int64_t ic, int block);
+// Fills a slot from the weight as pack_conv_weights packed it, transformed for s;
+// false (and the slot marked empty) where oneDNN has no Winograd convolution for s.
+bool make_winograd_slot(const float* packed_weights, const ConvShape& s, float* slot, int64_t slot_floats);
+// Whether oneDNN has a Winograd convolution for s (on this CPU, under DNNL_MAX_CPU_ISA).
+bool winograd_runs(const ConvShape& s);
+// Whether `slot` is one make_winograd_slot made for s's layer (its channels and block) and as long.
+bool winograd_slot_fits(const float* slot, int64_t slot_floats, const ConvShape& s);
 
 // Floats of a weight [oc, ic, kh, kw] in the blocked weight layout (OIhw16i16o / OIhw8i8o,
 // both channel counts padded to the block), and the packing itself (done once, at load).

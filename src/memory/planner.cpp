@@ -58,6 +58,9 @@ static constexpr double kVaeWorkingSet = 2.0, kVaeShareAtPeak = 1.1;
 // Layer settings every plan uses (python/sd_export/modules/): the feed-forward runs
 // over this many tokens at a time and a conv call takes at most this many
 // weight bytes, which bounds the transient copies of the largest layers.
+// The UNet levels whose 3x3 convolutions may run by Winograd: the first two. The
+// third's (1280 channels at 1/4 the latent size) gain 1.5x for 2 GiB more weights.
+static constexpr size_t kWinogradLevels = 2;
 static constexpr int kFeedForwardChunk = 1024;
 static constexpr double kConvSplitBytes = 32.0 * 1024 * 1024;
 
@@ -205,6 +208,21 @@ MemoryModel memory_model(const ModelConfig& c) {
         // The first output block's conv: the deepest skip concatenated in, 3x3, fp32.
         const double deepest = static_cast<double>(mult.back()) * m.model_channels;
         m.unet_largest_conv_bytes = 2.0 * deepest * deepest * 9.0 * 4.0;
+        // Each level's 3x3 convolutions with its width c out, in c² units: per down
+        // ResBlock a conv1 (the first from the level before's width) and a conv2; per up
+        // ResBlock a conv2 and a conv1 from h and a skip concatenated (h: the level
+        // below's width first, then c; skips: c, and last the level before's width);
+        // the up side's Upsample conv but on the first level.
+        for (size_t level = 0; level < mult.size() && level < kWinogradLevels; ++level) {
+            const double c = mult[level] * m.model_channels;
+            const double before = level == 0 ? m.model_channels : mult[level - 1] * m.model_channels;
+            const double below = level + 1 < mult.size() ? mult[level + 1] * m.model_channels : c;
+            double units = before / c + (res_blocks - 1) + res_blocks;  // down
+            units += (below + c) / c + 2.0 * (res_blocks - 1) + (c + before) / c + (res_blocks + 1);
+            if (level > 0) units += 1;
+            m.unet_level_channels.push_back(static_cast<int>(c));
+            m.unet_winograd_bytes.push_back(units * c * c * 36.0 * 4.0);
+        }
         const int heads = u.value("num_heads", 8), head_ch = u.value("num_head_channels", -1);
         const int attn_ch = m.model_channels * mult[static_cast<size_t>(std::max(0, m.attn_level))];
         m.attn_heads = head_ch > 0 ? attn_ch / head_ch : heads;
@@ -351,6 +369,10 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
                             : score_bytes(rows, n, p.attention_mode, p.attention_chunk, m.attn_heads);
     }
     if (p.prepack) p.unet.activations += rows * hw * 4.0 * kUnetPrepackPerChannel * m.model_channels;
+    for (int level = 0; level < p.winograd_levels && level < static_cast<int>(m.unet_winograd_bytes.size()); ++level) {
+        p.unet.weights += m.unet_winograd_bytes[static_cast<size_t>(level)];
+        p.unet.load += m.unet_winograd_bytes[static_cast<size_t>(level)];
+    }
     p.unet.beside_scores = p.unet.activations;
     p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;
     p.unet.share_at_peak = kUnetShareAtPeak * p.unet.activations + kUnetShareAtPeakPerScore * p.unet.scores;
@@ -403,7 +425,11 @@ std::string MemoryPlan::describe() const {
           : vae_tile > 0 ? "tiles of " + std::to_string(vae_tile) + " latent px"
                          : std::string("whole image"))
       << "\n";
-    o << "  compute: " << compute << (prepack ? ", convolutions prepacked" : "") << "\n";
+    o << "  compute: " << compute << (prepack ? ", convolutions prepacked" : "")
+      << (winograd_levels > 0 ? ", 3x3 convolutions of " + std::to_string(winograd_levels) + " UNet level" +
+                                    (winograd_levels > 1 ? "s" : "") + " by Winograd"
+                              : std::string())
+      << "\n";
     o << "  feed-forward in chunks of " << ff_chunk << " tokens, conv weights in slices of at most "
       << format_size(static_cast<double>(conv_split)) << "\n";
     o << "  freed blocks kept for reuse: up to " << format_size(block_cache) << " (UNet " << format_size(unet.kept)
@@ -416,6 +442,12 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
     const int full_rows = r.images * (r.guidance ? 2 : 1);
     std::vector<bool> seq_options = r.sequential ? std::vector<bool>{*r.sequential} : std::vector<bool>{false, true};
     std::vector<bool> prepack_options = r.prepack ? std::vector<bool>{*r.prepack} : std::vector<bool>{true, false};
+    // Winograd weights: the most levels first (on: those, never fewer), then fewer.
+    const int most = static_cast<int>(m.unet_winograd_bytes.size());
+    std::vector<int> winograd_options;
+    if (r.winograd.value_or(true))
+        for (int levels = most; levels >= (r.winograd ? most : 0); --levels) winograd_options.push_back(levels);
+    if (winograd_options.empty()) winograd_options.push_back(0);
     std::vector<int> rows_options;  // halving the UNet pass down to one row
     if (r.unet_rows)
         rows_options = {*r.unet_rows};
@@ -444,7 +476,8 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
     // Fused first where the modules have it: the fastest, and as small as chunked:320.
     if (!r.attention && m.fused_attention) attn_options.insert(attn_options.begin(), {AttentionMode::Fused, 0});
 
-    // What to give up first as the budget shrinks: resident stages (a reload
+    // What to give up first as the budget shrinks: the Winograd weights (the
+    // second level's, then the first's: a few percent of a step each), resident stages (a reload
     // costs seconds per batch), then prepacked convolutions (10-25% of a
     // step), then the size of UNet passes (results do not change), then the
     // attention chunk, and last whole-image VAE decoding (tiles change the
@@ -455,21 +488,24 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
         for (const AttentionSetting& attention : attn_options)
             for (int rows : rows_options)
                 for (bool prepack : prepack_options)
-                    for (bool seq : seq_options) {
-                        MemoryPlan c;
-                        c.sequential = seq;
-                        c.prepack = prepack;
-                        c.unet_rows = rows;
-                        c.vae_tile = tile;
-                        c.attention_mode = attention.mode;
-                        c.attention_chunk = attention.chunk;
-                        MemoryPlan p = predict(m, r, base, c);
-                        if (p.peak() <= r.budget) return with_block_cache(p);
-                        if (smallest_peak < 0 || p.peak() < smallest_peak) {
-                            smallest_peak = p.peak();
-                            smallest = p;
+                    for (bool seq : seq_options)
+                        for (int winograd : winograd_options) {
+                            if (winograd > 0 && !prepack) continue;  // Winograd weights are packed ones
+                            MemoryPlan c;
+                            c.sequential = seq;
+                            c.prepack = prepack;
+                            c.winograd_levels = winograd;
+                            c.unet_rows = rows;
+                            c.vae_tile = tile;
+                            c.attention_mode = attention.mode;
+                            c.attention_chunk = attention.chunk;
+                            MemoryPlan p = predict(m, r, base, c);
+                            if (p.peak() <= r.budget) return with_block_cache(p);
+                            if (smallest_peak < 0 || p.peak() < smallest_peak) {
+                                smallest_peak = p.peak();
+                                smallest = p;
+                            }
                         }
-                    }
     throw Error(
         "not enough memory: the budget is " + format_size(r.budget) + " but the smallest plan (" +
         (smallest.sequential ? std::string("sequential loading, ") : std::string("resident stages, ")) +

@@ -5,6 +5,7 @@
 // and checked against measurements in docs/benchmarks.md.
 #pragma once
 #include <optional>
+#include <vector>
 
 #include "sd/memory_plan.h"
 #include "sd/model_config.h"
@@ -26,6 +27,9 @@ struct MemoryRequest {
     bool q8_weights = false;                    // --weights q8: UNet weights in 8-bit blocks (never chosen here)
     // --prepack; false where it cannot apply (not fp32 on a CPU), unset: on when it fits.
     std::optional<bool> prepack;
+    // --winograd; false where it cannot apply (no prepack, or no Winograd convolution
+    // on this CPU), unset: on when it fits.
+    std::optional<bool> winograd;
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
     double text_lora_bytes = 0, unet_lora_bytes = 0;
     bool encode = false;  // the batch runs the VAE encoder on a height x width picture
@@ -41,6 +45,11 @@ struct MemoryModel {
     int model_channels = 320;
     double unet_skip_floats = 0;  // floats per latent pixel held in the UNet's skip list, per row
     double unet_largest_conv_bytes = 0;
+    // Per UNet level, its width (channel_mult x model_channels) and the bytes its 3x3
+    // convolutions' weights take in Winograd form (F(4x4, 3x3): 36 floats for 9), for
+    // the levels a plan may give them (kWinogradLevels).
+    std::vector<int> unet_level_channels;
+    std::vector<double> unet_winograd_bytes;
     int attn_level = 0;  // finest UNet level with attention (-1: none)
     int attn_heads = 8;
     int attn_channels = 320;       // q/k/v width at that level

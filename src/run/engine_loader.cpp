@@ -28,6 +28,15 @@ void use_passive_openmp() {
     if (!std::getenv("OMP_WAIT_POLICY")) setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 }
 
+void use_openblas_kernels_for_this_cpu() {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (avx512 && !std::getenv("OPENBLAS_CORETYPE")) setenv("OPENBLAS_CORETYPE", "SKYLAKEX", 1);
+#endif
+}
+
 std::unique_ptr<Pipeline> load_pipeline(const PipelineOptions& options) {
     using Version = int (*)();
     using Make = Pipeline* (*)(const PipelineOptions*);

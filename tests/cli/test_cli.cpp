@@ -786,3 +786,34 @@ TEST(Threads, OpenMpWaitsPassivelyUnlessTheUserSaysOtherwise) {
     const auto active = policy({"OMP_WAIT_POLICY=ACTIVE"});
     EXPECT_NE(active.find("'ACTIVE'"), std::string::npos) << active;
 }
+
+// OpenBLAS 0.3.21 falls back to its SSE3 kernels on CPU models newer than it
+// (sd/engine.h): on a CPU with AVX-512 the tool names its SkylakeX ones when the
+// engine module loads it, and a user's OPENBLAS_CORETYPE is kept.
+TEST(Threads, OpenBlasUsesItsAvx512KernelsUnlessTheUserSaysOtherwise) {
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
+        GTEST_SKIP() << "no AVX-512 on this CPU: OpenBLAS's own choice stands";
+    const std::string dir = sdtest::temp_dir();
+    auto core = [&](const std::vector<std::string>& env) {
+        std::vector<std::string> argv = {"/usr/bin/env", "-u", "OPENBLAS_CORETYPE", "OPENBLAS_VERBOSE=2"};
+        argv.insert(argv.end(), env.begin(), env.end());
+        for (const std::string a : {sdtest::cli(), std::string("--model"), good_model(), std::string("--prompt"),
+                                    std::string("a"), std::string("--steps"), std::string("1"), std::string("--H"),
+                                    std::string("64"), std::string("--W"), std::string("64"), std::string("--quiet"),
+                                    std::string("--outdir"), dir})
+            argv.push_back(a);
+        const auto r = sdtest::run(argv);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        for (const auto& line : sdtest::lines(r.out + r.err))
+            if (line.find("Core: ") != std::string::npos) return line;
+        return std::string("(OpenBLAS printed no core)");
+    };
+    EXPECT_NE(core({}).find("SkylakeX"), std::string::npos) << core({});
+    const auto chosen = core({"OPENBLAS_CORETYPE=Haswell"});
+    EXPECT_NE(chosen.find("Haswell"), std::string::npos) << chosen;
+#else
+    GTEST_SKIP() << "x86-64 only";
+#endif
+}

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "conformance_util.h"
+#include "engine/blocked_operators.h"
 #include "engine/taesd.h"
 #include "io/image_io.h"
 #include "io/npy.h"
@@ -24,14 +25,17 @@ std::string case_dir(const std::string& name) { return taesd_dir() + "/cases/" +
 double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
 
 // taesd_out ([0, 1]) and decoded (2x - 1) within 1e-4 x max|reference| (README "Tolerances").
-void expect_decode_matches(const sd::TaesdDecoder& d, const std::string& name) {
+// winograd: the blocked route's Winograd convolutions (TaesdDecoder::decode).
+void expect_decode_matches(const sd::TaesdDecoder& d, const std::string& name, bool winograd = false) {
     const auto latents = sdtest::load_tensor(case_dir(name) + "/latents.npy");
     const auto ref_out = sdtest::load_tensor(case_dir(name) + "/taesd_out.npy");
     const auto ref_decoded = sdtest::load_tensor(case_dir(name) + "/decoded.npy");
     at::Tensor out;
     {
         c10::InferenceMode guard;
-        out = d.decode(latents);
+        out = d.decode(latents, winograd);
+        // The route ran: its rounding is not the direct convolutions'.
+        if (winograd) EXPECT_FALSE(at::equal(out, d.decode(latents))) << name << ": Winograd did not run";
     }
     ASSERT_EQ(out.sizes(), ref_out.sizes());
     std::cout << name << ": taesd_out max diff " << sdtest::max_abs_diff(out, ref_out) << " (max|ref| "
@@ -53,6 +57,13 @@ TEST(TaesdDecoder, PthMatchesReference) {
     const auto d = sd::TaesdDecoder::load(taesd_dir() + "/taesd_decoder.pth");
     EXPECT_EQ(d.channels(), 64);
     expect_decode_matches(d, "pth_decode_latents");
+}
+
+// fp32 with the plan's Winograd route: blocked activations, Winograd convolutions.
+TEST(TaesdDecoder, WinogradRouteMatchesReference) {
+    if (!sd::winograd_available()) GTEST_SKIP() << "no Winograd convolutions on this CPU or build";
+    expect_decode_matches(sd::TaesdDecoder::load(taesd_dir() + "/taesd_tiny"), "tiny_decode_encode", true);
+    expect_decode_matches(sd::TaesdDecoder::load(taesd_dir() + "/taesd_decoder.pth"), "pth_decode_latents", true);
 }
 
 // --precision bf16 runs TAESD in bf16, channels-last (TaesdDecoder::to): near the fp32

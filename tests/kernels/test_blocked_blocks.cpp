@@ -202,3 +202,118 @@ TEST(BlockedBlocks, BadInputsAreRefusedNotMisread) {
     }
     EXPECT_THROW(sd::plain_to_blocked(at::randn({1, 4, 4, 4}), 5), c10::Error);
 }
+
+// Winograd slots (kernels::make_winograd_slot) on the AVX-512 route: the direct
+// convolution's result within float rounding, with or without bias and residual
+// sum, at the size the slot was made for and at others; at another size the slot is
+// transformed again, so the result is the one a slot made for that size gives, bit
+// for bit: never dependent on the sizes run before (a hires pass equals a separate
+// img2img run).
+TEST(BlockedBlocks, WinogradConvolutionsMatchTheDirectOnes) {
+    if (!sd::winograd_available()) GTEST_SKIP() << "no Winograd convolutions on this CPU or build";
+    at::manual_seed(4);
+    c10::InferenceMode guard;
+    constexpr int64_t block = 16;
+    struct Case {
+        int64_t n, ic, oc, h, w;
+    };
+    auto shape = [](int64_t n, int64_t ic, int64_t oc, int64_t h, int64_t w) {
+        sd::kernels::ConvShape s;
+        s.n = n, s.ic = ic, s.oc = oc, s.ih = h, s.iw = w, s.kh = s.kw = 3;
+        s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+        return s;
+    };
+    for (const Case& c : std::vector<Case>{{2, 40, 24, 7, 9}, {1, 32, 32, 8, 8}, {1, 320, 320, 16, 12},
+                                           {2, 64, 32, 9, 5}, {1, 16, 48, 1, 1}}) {
+        const std::string where = std::to_string(c.n) + "x" + std::to_string(c.ic) + "->" + std::to_string(c.oc) +
+                                  " " + std::to_string(c.h) + "x" + std::to_string(c.w);
+        const auto w = at::randn({c.oc, c.ic, 3, 3}) / std::sqrt(9.0 * c.ic);
+        const auto b = 0.1 * at::randn({c.oc});
+        const auto made_for = shape(c.n, c.ic, c.oc, c.h, c.w);
+        auto packed = sd::pack_conv_weight(w, block, {c.n, c.h, c.w});
+        ASSERT_EQ(sd::has_winograd_form(packed, c.oc, c.ic, 3, block), sd::kernels::winograd_runs(made_for)) << where;
+        if (!sd::has_winograd_form(packed, c.oc, c.ic, 3, block)) continue;
+        const int64_t direct = sd::kernels::packed_conv_weight_floats(c.oc, c.ic, 3, 3, block);
+        float* slot = packed.data_ptr<float>() + direct;
+        const int64_t slot_floats = packed.numel() - direct;
+        ASSERT_TRUE(sd::kernels::winograd_slot_fits(slot, slot_floats, made_for)) << where;
+
+        auto run = [&](const sd::kernels::ConvShape& size, const at::Tensor& weights, const at::Tensor& x,
+                       const at::Tensor& residual, bool with_bias, bool accumulate, bool* used) {
+            auto dst = accumulate ? sd::plain_to_blocked(residual, block)
+                                  : at::zeros({size.n, (c.oc + block - 1) / block, size.ih, size.iw, block});
+            const auto xb = sd::plain_to_blocked(x, block);
+            float* ws = weights.data_ptr<float>();
+            *used = sd::kernels::conv_blocked(size, xb.data_ptr<float>(), ws, ws + direct, weights.numel() - direct,
+                                              with_bias ? b.data_ptr<float>() : nullptr, dst.data_ptr<float>(),
+                                              accumulate);
+            return sd::blocked_to_plain(dst).narrow(1, 0, c.oc).clone();
+        };
+        const auto other = shape(c.n + 1, c.ic, c.oc, c.h + 3, c.w);
+        for (const auto& size : {made_for, other, made_for}) {
+            const bool is_made_for = size.n == made_for.n && size.ih == made_for.ih;
+            const std::string at = where + (is_made_for ? " at its size" : " at another size");
+            const auto x = at::randn({size.n, c.ic, size.ih, size.iw});
+            const auto want = at::conv2d(x, w, b, at::IntArrayRef{1}, at::IntArrayRef{1});
+            const auto residual = at::randn_like(want);
+            // The same call with a slot made for this size from the start.
+            const auto fresh = sd::pack_conv_weight(w, block, {size.n, size.ih, size.iw});
+            for (const bool with_bias : {true, false}) {
+                for (const bool accumulate : {false, true}) {
+                    const std::string what = at + (with_bias ? ", bias" : "") + (accumulate ? ", sum" : "");
+                    bool used = false, used_fresh = false;
+                    const auto got = run(size, packed, x, residual, with_bias, accumulate, &used);
+                    // Bias and no sum: the layout the slot is made in, so the slot runs wherever oneDNN has Winograd.
+                    if (with_bias && !accumulate) EXPECT_EQ(used, sd::kernels::winograd_runs(size)) << what;
+                    auto expect = with_bias ? want : want - b.view({1, -1, 1, 1});
+                    if (accumulate) expect = expect + residual;
+                    EXPECT_LE(rel_diff(got, expect), kTolerance) << what;
+                    if (sd::has_winograd_form(fresh, c.oc, c.ic, 3, block)) {
+                        EXPECT_TRUE(at::equal(got, run(size, fresh, x, residual, with_bias, accumulate, &used_fresh)))
+                            << what << ": differs from a slot made for this size";
+                        EXPECT_EQ(used, used_fresh) << what;
+                    }
+                }
+            }
+            EXPECT_TRUE(sd::kernels::winograd_slot_fits(slot, slot_floats, made_for)) << at;
+        }
+        // A ResBlock whose convolutions carry Winograd slots gives the plain operations' result.
+        const auto blk = make_block(c.ic, c.oc, 8, 1e-5, true);
+        const auto x = at::randn({c.n, c.ic, c.h, c.w});
+        const auto emb = at::randn({c.n, c.oc});
+        const sd::WinogradSize size{c.n, c.h, c.w};
+        c10::optional<at::Tensor> sw = blk.sw.defined() ? c10::optional<at::Tensor>(sd::pack_conv_weight(blk.sw, block))
+                                                        : c10::nullopt;
+        c10::optional<at::Tensor> sb = blk.sb.defined() ? c10::optional<at::Tensor>(blk.sb) : c10::nullopt;
+        const auto got = sd::blocked_resblock(x, emb, blk.n1w, blk.n1b, blk.eps, sd::pack_conv_weight(blk.c1w, block, size),
+                                              blk.c1b, blk.n2w, blk.n2b, blk.eps,
+                                              sd::pack_conv_weight(blk.c2w, block, size), blk.c2b, sw, sb, blk.groups,
+                                              blk.in, blk.out, block, true);
+        EXPECT_LE(rel_diff(got, reference_resblock(blk, x, emb)), kTolerance) << where << " ResBlock";
+    }
+}
+
+TEST(BlockedBlocks, WinogradSlotsOfAnotherLayerAreRefused) {
+    if (!sd::winograd_available()) GTEST_SKIP() << "no Winograd convolutions on this CPU or build";
+    constexpr int64_t block = 16;
+    const auto w = at::randn({32, 32, 3, 3});
+    const auto packed = sd::pack_conv_weight(w, block, {1, 8, 8});
+    ASSERT_TRUE(sd::has_winograd_form(packed, 32, 32, 3, block));
+    const int64_t direct = sd::kernels::packed_conv_weight_floats(32, 32, 3, 3, block);
+    const float* slot = packed.data_ptr<float>() + direct;
+    const int64_t floats = packed.numel() - direct;
+    sd::kernels::ConvShape s;
+    s.n = 1, s.ic = s.oc = 32, s.ih = s.iw = 8, s.kh = s.kw = 3;
+    s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+    EXPECT_TRUE(sd::kernels::winograd_slot_fits(slot, floats, s));
+    EXPECT_FALSE(sd::kernels::winograd_slot_fits(slot, floats - 1, s));  // cut short
+    auto other = s;
+    other.oc = 48;
+    EXPECT_FALSE(sd::kernels::winograd_slot_fits(slot, floats, other));
+    const auto garbage = at::randn({floats});
+    EXPECT_FALSE(sd::kernels::winograd_slot_fits(garbage.data_ptr<float>(), floats, s));
+    // The operators check the same before reading: a weight with 16 floats more than its layer's.
+    const auto x = at::randn({1, 32, 8, 8});
+    EXPECT_THROW(sd::blocked_upsample(x, at::cat({packed, at::zeros({16})}), c10::nullopt, 32, block, true),
+                 c10::Error);
+}

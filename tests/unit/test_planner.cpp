@@ -87,11 +87,17 @@ double lean_peak(sd::MemoryPlan p) {
     return p.peak();
 }
 
+// (After the Winograd weights: WinogradWeightsAreCountedAndGoFirst.)
 TEST(Planner, SequentialLoadingIsTheFirstThingGivenUp) {
     const auto m = sd15();
-    auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 170 * MiB);
+    auto ask = [](double budget) {
+        auto r = request(512, 1, budget);
+        r.winograd = false;
+        return r;
+    };
+    auto roomy = sd::plan_memory(m, ask(16 * GiB), 170 * MiB);
     // Just below the resident plan without freed-block reuse.
-    auto tight = sd::plan_memory(m, request(512, 1, lean_peak(roomy) - 1), 170 * MiB);
+    auto tight = sd::plan_memory(m, ask(lean_peak(roomy) - 1), 170 * MiB);
     EXPECT_FALSE(roomy.sequential);
     EXPECT_TRUE(tight.sequential);
     EXPECT_EQ(tight.unet_rows, roomy.unet_rows);
@@ -130,6 +136,7 @@ TEST(Planner, KeptScoreBlocksLeaveLessRoomForTheRest) {
     const auto m = sd15();
     auto r = request(768, 4, 16 * GiB);
     r.attention = sd::AttentionSetting{sd::AttentionMode::PerHead};
+    r.winograd = false;  // its weights would take the headroom the blocks are sized against
     const auto big = sd::plan_memory(m, r, 170 * MiB);
     const double block = big.unet.scores / 2;
     ASSERT_GT(block, 2 * GiB) << "8 rows x 9216^2 floats";
@@ -193,6 +200,56 @@ TEST(Planner, PrepackIsDroppedWhenTheBudgetNeedsTheRoom) {
     } catch (const sd::Error& e) {
         EXPECT_NE(std::string(e.what()).find("prepacked convolutions"), std::string::npos) << e.what();
     }
+}
+
+// Winograd weights (the 3x3 convolutions of the UNet's first two levels, 4x their
+// size) are the first thing a shrinking budget gives up, the second level's first,
+// before resident stages.
+TEST(Planner, WinogradWeightsAreCountedAndGoFirst) {
+    auto m = sd15();
+    m.fused_attention = true;
+    // SD 1.5: fourteen 320x320 3x3 convolutions' worth at the first level, each
+    // 14,745,600 bytes in oneDNN's F(4x4, 3x3) layout, and fourteen 640x640 ones'
+    // (58,982,400 bytes each) at the second (its DNNL_VERBOSE weight reorders).
+    ASSERT_EQ(m.unet_winograd_bytes.size(), 2u);
+    EXPECT_DOUBLE_EQ(m.unet_winograd_bytes[0], 14 * 14745600.0);
+    EXPECT_DOUBLE_EQ(m.unet_winograd_bytes[1], 14 * 58982400.0);
+    EXPECT_EQ(m.unet_level_channels, (std::vector<int>{320, 640}));
+    const auto roomy = sd::plan_memory(m, request(512, 1, 16 * GiB), 163 * MiB);
+    EXPECT_TRUE(roomy.prepack);
+    EXPECT_EQ(roomy.winograd_levels, 2);
+    auto r = request(512, 1, 16 * GiB);
+    auto peak_with = [&](int levels) {
+        sd::MemoryPlan p = roomy;
+        p.winograd_levels = levels;
+        return lean_peak(sd::predict(m, r, 163 * MiB, p));
+    };
+    EXPECT_NEAR(peak_with(2) - peak_with(1), m.unet_winograd_bytes[1], 1.0);
+    EXPECT_NEAR(peak_with(1) - peak_with(0), m.unet_winograd_bytes[0], 1.0);
+    // A little too little room for both levels: the second goes, and nothing else does.
+    r.budget = peak_with(2) - 0.5 * m.unet_winograd_bytes[1];
+    auto tight = sd::plan_memory(m, r, 163 * MiB);
+    EXPECT_EQ(tight.winograd_levels, 1);
+    EXPECT_TRUE(tight.prepack);
+    EXPECT_FALSE(tight.sequential);
+    EXPECT_EQ(tight.unet_rows, roomy.unet_rows);
+    // Too little for the first level's too: none.
+    r.budget = peak_with(1) - 0.5 * m.unet_winograd_bytes[0];
+    tight = sd::plan_memory(m, r, 163 * MiB);
+    EXPECT_EQ(tight.winograd_levels, 0);
+    EXPECT_FALSE(tight.sequential);
+    // --winograd on keeps both levels: something else gives; off, and no prepacking, none.
+    r.winograd = true;
+    const auto kept = sd::plan_memory(m, r, 163 * MiB);
+    EXPECT_EQ(kept.winograd_levels, 2);
+    EXPECT_TRUE(kept.sequential || kept.unet_rows < roomy.unet_rows);
+    r.budget = 16 * GiB;
+    EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 2);
+    r.winograd = false;
+    EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 0);
+    r.winograd.reset();
+    r.prepack = false;
+    EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 0);
 }
 
 TEST(Planner, RefusalNamesABudgetThatWorks) {
