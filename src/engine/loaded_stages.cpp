@@ -184,7 +184,7 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         use_fused_rows(*slot);  // fp32's one-pass GEGLU gate
         if (unet) {
             unet_packed_ = true;
-            unet_winograd_ = winograd_layers > 0;
+            unet_winograd_levels_ = winograd_layers > 0 ? static_cast<int>(winograd_.levels.size()) : 0;
         }
     }
     *seconds += seconds_since_process_start() - start;
@@ -192,7 +192,10 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
 }
 
 void LoadedStages::release(Slot& slot) {
-    if (&slot == &unet_) unet_packed_ = unet_winograd_ = false;
+    if (&slot == &unet_) {
+        unet_packed_ = false;
+        unet_winograd_levels_ = 0;
+    }
     slot.reset();
     release_free_memory();
 }

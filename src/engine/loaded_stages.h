@@ -64,10 +64,10 @@ public:
     bool prepack_applies_to_unet() const { return prepack_applies(config_.unet_path); }
     bool unet_packed() const { return unet_packed_; }
     // The plan's Winograd choice for the UNet loaded next (with --prepack), and
-    // whether the loaded UNet holds Winograd weights.
+    // how many levels' Winograd slots the loaded UNet holds.
     void set_winograd(const WinogradChoice& w) { winograd_ = w; }
     bool winograd_applies_to_unet() const;
-    bool unet_winograd() const { return unet_winograd_; }
+    int unet_winograd_levels() const { return unet_winograd_levels_; }
 
     // --vae: a standalone VAE's decoder tensors, read and checked now.
     void set_vae_override(const std::string& path);
@@ -94,7 +94,8 @@ private:
     at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
     at::ScalarType text_type_ = at::kFloat;                              // the text encoders, held and computed
     Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_, vae_encoder_;
-    bool prepack_ = false, unet_packed_ = false, unet_winograd_ = false;
+    bool prepack_ = false, unet_packed_ = false;
+    int unet_winograd_levels_ = 0;
     WinogradChoice winograd_;
     bool q8_unet_ = false;
     std::map<std::string, at::Tensor> vae_override_;

@@ -168,7 +168,7 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     if (!stages_->winograd_applies_to_unet() || !r.prepack.value_or(true))
         r.winograd = false;
     else if (stages_->unet_loaded())
-        r.winograd = stages_->unet_winograd();
+        r.winograd_levels = stages_->unet_winograd_levels();
     else
         r.winograd = options_.winograd;
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);

@@ -445,7 +445,9 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
     // Winograd weights: the most levels first (on: those, never fewer), then fewer.
     const int most = static_cast<int>(m.unet_winograd_bytes.size());
     std::vector<int> winograd_options;
-    if (r.winograd.value_or(true))
+    if (r.winograd_levels)
+        winograd_options.push_back(std::min(*r.winograd_levels, most));
+    else if (r.winograd.value_or(true))
         for (int levels = most; levels >= (r.winograd ? most : 0); --levels) winograd_options.push_back(levels);
     if (winograd_options.empty()) winograd_options.push_back(0);
     std::vector<int> rows_options;  // halving the UNet pass down to one row

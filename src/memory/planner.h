@@ -30,6 +30,7 @@ struct MemoryRequest {
     // --winograd; false where it cannot apply (no prepack, or no Winograd convolution
     // on this CPU), unset: on when it fits.
     std::optional<bool> winograd;
+    std::optional<int> winograd_levels;  // a UNet already loaded holds these levels' slots
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
     double text_lora_bytes = 0, unet_lora_bytes = 0;
     bool encode = false;  // the batch runs the VAE encoder on a height x width picture

@@ -764,26 +764,37 @@ TEST(SdxlCliErrors, SizeConditioningOnAnSd1ModelIsOneLine) {
     EXPECT_NE(r.err.find("SDXL"), std::string::npos) << r.err;
 }
 
+namespace {
+
+// The line of a one-step 64x64 run's output that holds `marker`, the run started by
+// /usr/bin/env with `env` (e.g. {"-u", "X", "Y=1"}): what a library the engine module
+// loads printed about the settings it read when it loaded.
+std::string line_of_run(const std::vector<std::string>& env, const std::string& marker) {
+    std::vector<std::string> argv = {"/usr/bin/env"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    for (const std::string a : {sdtest::cli(), std::string("--model"), good_model(), std::string("--prompt"),
+                                std::string("a"), std::string("--steps"), std::string("1"), std::string("--H"),
+                                std::string("64"), std::string("--W"), std::string("64"), std::string("--quiet"),
+                                std::string("--outdir"), sdtest::temp_dir()})
+        argv.push_back(a);
+    const auto r = sdtest::run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    for (const auto& line : sdtest::lines(r.out + r.err))
+        if (line.find(marker) != std::string::npos) return line;
+    return "(no line with \"" + marker + "\")";
+}
+
+}  // namespace
+
 // libgomp reads OMP_WAIT_POLICY when the engine module loads it: the tool's
 // passive default reaches it without a restart, and a user's value is kept.
 TEST(Threads, OpenMpWaitsPassivelyUnlessTheUserSaysOtherwise) {
-    const std::string dir = sdtest::temp_dir();
-    auto policy = [&](const std::vector<std::string>& env) {
-        std::vector<std::string> argv = {"/usr/bin/env", "-u", "OMP_WAIT_POLICY", "OMP_DISPLAY_ENV=true"};
-        argv.insert(argv.end(), env.begin(), env.end());
-        for (const std::string a : {sdtest::cli(), std::string("--model"), good_model(), std::string("--prompt"),
-                                    std::string("a"), std::string("--steps"), std::string("1"), std::string("--H"),
-                                    std::string("64"), std::string("--W"), std::string("64"), std::string("--quiet"),
-                                    std::string("--outdir"), dir})
-            argv.push_back(a);
-        const auto r = sdtest::run(argv);
-        EXPECT_EQ(r.exit_code, 0) << r.err;
-        for (const auto& line : sdtest::lines(r.err))
-            if (line.find("OMP_WAIT_POLICY = ") != std::string::npos) return line;
-        return std::string("(libgomp printed no OMP_WAIT_POLICY)");
-    };
-    EXPECT_NE(policy({}).find("'PASSIVE'"), std::string::npos) << policy({});
-    const auto active = policy({"OMP_WAIT_POLICY=ACTIVE"});
+    const std::vector<std::string> env = {"-u", "OMP_WAIT_POLICY", "OMP_DISPLAY_ENV=true"};
+    const auto passive = line_of_run(env, "OMP_WAIT_POLICY = ");
+    EXPECT_NE(passive.find("'PASSIVE'"), std::string::npos) << passive;
+    auto with_active = env;
+    with_active.push_back("OMP_WAIT_POLICY=ACTIVE");
+    const auto active = line_of_run(with_active, "OMP_WAIT_POLICY = ");
     EXPECT_NE(active.find("'ACTIVE'"), std::string::npos) << active;
 }
 
@@ -795,23 +806,12 @@ TEST(Threads, OpenBlasUsesItsAvx512KernelsUnlessTheUserSaysOtherwise) {
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
         !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
         GTEST_SKIP() << "no AVX-512 on this CPU: OpenBLAS's own choice stands";
-    const std::string dir = sdtest::temp_dir();
-    auto core = [&](const std::vector<std::string>& env) {
-        std::vector<std::string> argv = {"/usr/bin/env", "-u", "OPENBLAS_CORETYPE", "OPENBLAS_VERBOSE=2"};
-        argv.insert(argv.end(), env.begin(), env.end());
-        for (const std::string a : {sdtest::cli(), std::string("--model"), good_model(), std::string("--prompt"),
-                                    std::string("a"), std::string("--steps"), std::string("1"), std::string("--H"),
-                                    std::string("64"), std::string("--W"), std::string("64"), std::string("--quiet"),
-                                    std::string("--outdir"), dir})
-            argv.push_back(a);
-        const auto r = sdtest::run(argv);
-        EXPECT_EQ(r.exit_code, 0) << r.err;
-        for (const auto& line : sdtest::lines(r.out + r.err))
-            if (line.find("Core: ") != std::string::npos) return line;
-        return std::string("(OpenBLAS printed no core)");
-    };
-    EXPECT_NE(core({}).find("SkylakeX"), std::string::npos) << core({});
-    const auto chosen = core({"OPENBLAS_CORETYPE=Haswell"});
+    const std::vector<std::string> env = {"-u", "OPENBLAS_CORETYPE", "OPENBLAS_VERBOSE=2"};
+    const auto named = line_of_run(env, "Core: ");
+    EXPECT_NE(named.find("SkylakeX"), std::string::npos) << named;
+    auto with_haswell = env;
+    with_haswell.push_back("OPENBLAS_CORETYPE=Haswell");
+    const auto chosen = line_of_run(with_haswell, "Core: ");
     EXPECT_NE(chosen.find("Haswell"), std::string::npos) << chosen;
 #else
     GTEST_SKIP() << "x86-64 only";

@@ -247,7 +247,11 @@ TEST(Planner, WinogradWeightsAreCountedAndGoFirst) {
     EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 2);
     r.winograd = false;
     EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 0);
+    // A UNet that stays loaded is planned with the slots it holds.
     r.winograd.reset();
+    r.winograd_levels = 1;
+    EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 1);
+    r.winograd_levels.reset();
     r.prepack = false;
     EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 0);
 }
