@@ -107,6 +107,28 @@ dnnl::engine& cpu_engine() {
 tag act_tag(int block) { return block == 16 ? tag::nChw16c : tag::nChw8c; }
 tag weight_tag(int block) { return block == 16 ? tag::OIhw16i16o : tag::OIhw8i8o; }
 
+// A convolution on blocked activations, weights as `wei` describes them; with
+// accumulate, dst's values are added (oneDNN's sum post-op). Throws dnnl::error
+// where oneDNN has no implementation.
+dnnl::convolution_forward::primitive_desc conv_pd(const ConvShape& s, dnnl::algorithm alg,
+                                                  const dnnl::memory::desc& wei, bool with_bias, bool accumulate) {
+    const dnnl::memory::desc src({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
+    const dnnl::memory::desc dst({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
+    const dnnl::memory::desc bias({s.oc}, dt::f32, tag::a);
+    const dnnl::memory::dims strides{s.stride, s.stride}, pad_l{s.pad_top, s.pad_left},
+        pad_r{s.pad_bottom, s.pad_right};
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto d = with_bias ? dnnl::convolution_forward::desc(prop, alg, src, wei, bias, dst, strides, pad_l, pad_r)
+                             : dnnl::convolution_forward::desc(prop, alg, src, wei, dst, strides, pad_l, pad_r);
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+    }
+    return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+}
+
 // Primitives cost far more to make than a small one takes to run; a run uses
 // a few dozen shapes (each layer's, at one or two image sizes).
 std::shared_ptr<const dnnl::convolution_forward> conv_primitive(const ConvShape& s, bool with_bias, bool accumulate) {
@@ -119,26 +141,9 @@ std::shared_ptr<const dnnl::convolution_forward> conv_primitive(const ConvShape&
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
     if (cache.size() >= 512) cache.clear();  // ever-new sizes: start over
-    const dnnl::memory::desc src({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
-    const dnnl::memory::desc dst({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc wei({s.oc, s.ic, s.kh, s.kw}, dt::f32, weight_tag(s.block));
-    const dnnl::memory::desc bias({s.oc}, dt::f32, tag::a);
-    const dnnl::memory::dims strides{s.stride, s.stride}, pad_l{s.pad_top, s.pad_left},
-        pad_r{s.pad_bottom, s.pad_right};
-    const auto d =
-        with_bias
-            ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                              src, wei, bias, dst, strides, pad_l, pad_r)
-            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                              src, wei, dst, strides, pad_l, pad_r);
-    dnnl::primitive_attr attr;
-    if (accumulate) {
-        dnnl::post_ops ops;
-        ops.append_sum(1.0f);
-        attr.set_post_ops(ops);
-    }
     auto made = std::make_shared<const dnnl::convolution_forward>(
-        dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine()));
+        conv_pd(s, dnnl::algorithm::convolution_direct, wei, with_bias, accumulate));
     cache.emplace(key, made);
     return made;
 }
@@ -174,53 +179,30 @@ struct WinogradPrimitive {
 
 // oneDNN's Winograd convolution for s, or null where it has none (not 3x3 stride 1
 // padding 1, block 8, a CPU without AVX-512). Its weights are laid out as oneDNN likes
-// them for s, bias and no sum; or, given weights_made_for, in that problem's layout:
-// the layout can change with the size and even with the bias and sum (F(2x2) or F(4x4)).
+// them for s with bias and no sum, the layout slots are made in; or, without
+// slot_layout, for s as it is: the layout can change with the bias and sum too.
 std::shared_ptr<const WinogradPrimitive> winograd_primitive(const ConvShape& s, bool with_bias, bool accumulate,
-                                                            const ConvShape* weights_made_for = nullptr) {
+                                                            bool slot_layout = false) {
     if (s.kh != 3 || s.kw != 3 || s.stride != 1 || s.pad_top != 1 || s.pad_left != 1 || s.pad_bottom != 1 ||
         s.pad_right != 1 || s.block != 16)
         return nullptr;
     std::shared_ptr<const WinogradPrimitive> layout;
-    if (weights_made_for) {
-        layout = winograd_primitive(*weights_made_for, true, false);
+    if (slot_layout) {
+        layout = winograd_primitive(s, true, false);
         if (!layout) return nullptr;
     }
     static std::mutex mu;
-    using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t>;
+    using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
     static std::map<Key, std::shared_ptr<const WinogradPrimitive>> cache;
-    const Key key{s.n,
-                  s.ic,
-                  s.oc,
-                  s.ih,
-                  s.iw,
-                  with_bias,
-                  accumulate,
-                  weights_made_for ? weights_made_for->n : -1,
-                  weights_made_for ? weights_made_for->ih : -1,
-                  weights_made_for ? weights_made_for->iw : -1};
+    const Key key{s.n, s.ic, s.oc, s.ih, s.iw, with_bias, accumulate, slot_layout};
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
     if (cache.size() >= 512) cache.clear();
-    const dnnl::memory::desc src({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
-    const dnnl::memory::desc dst({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc wei =
         layout ? layout->pd.weights_desc() : dnnl::memory::desc({s.oc, s.ic, 3, 3}, dt::f32, tag::any);
-    const dnnl::memory::desc bias({s.oc}, dt::f32, tag::a);
-    const auto alg = dnnl::algorithm::convolution_winograd;
-    const auto prop = dnnl::prop_kind::forward_inference;
-    const dnnl::memory::dims strides{1, 1}, pad{1, 1};
     std::shared_ptr<const WinogradPrimitive> made;
     try {
-        const auto d = with_bias ? dnnl::convolution_forward::desc(prop, alg, src, wei, bias, dst, strides, pad, pad)
-                                 : dnnl::convolution_forward::desc(prop, alg, src, wei, dst, strides, pad, pad);
-        dnnl::primitive_attr attr;
-        if (accumulate) {
-            dnnl::post_ops ops;
-            ops.append_sum(1.0f);
-            attr.set_post_ops(ops);
-        }
-        dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
+        const auto pd = conv_pd(s, dnnl::algorithm::convolution_winograd, wei, with_bias, accumulate);
         made = std::make_shared<const WinogradPrimitive>(WinogradPrimitive{pd, dnnl::convolution_forward(pd)});
     } catch (const dnnl::error&) {
         // unimplemented for this shape or CPU: the direct convolution runs
@@ -319,7 +301,7 @@ bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weig
         const WinogradHeader h = header_of(winograd);
         const bool ready = h.n == s.n && h.ih == s.ih && h.iw == s.iw;
         if (ready || transform_into(packed_weights, s, winograd, winograd_floats))
-            wino = winograd_primitive(s, bias != nullptr, accumulate, &s);
+            wino = winograd_primitive(s, bias != nullptr, accumulate, /*slot_layout=*/true);
     }
     const auto direct = wino ? nullptr : conv_primitive(s, bias != nullptr, accumulate);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(sd, eng, const_cast<float*>(src))},
