@@ -297,7 +297,7 @@ bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weig
     const dnnl::memory::desc sd({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc dd({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
     std::shared_ptr<const WinogradPrimitive> wino;
-    if (winograd && winograd_primitive(s, true, false)) {
+    if (winograd && winograd_primitive(s, true, false)) {  // none for s: the slot stays as it was made
         const WinogradHeader h = header_of(winograd);
         const bool ready = h.n == s.n && h.ih == s.ih && h.iw == s.iw;
         if (ready || transform_into(packed_weights, s, winograd, winograd_floats))
