@@ -26,9 +26,8 @@ struct StageTimes {
     double text_load = 0, unet_load = 0, vae_load = 0;
     double first_text_encode = 0;
     double start_to_first_step = 0;
-    double last_decode = 0;
-    double encode_load = 0, last_encode = 0;  // the VAE encoder (--init-img): loading, the last batch's encode // the
-                                              // last batch's VAE (or TAESD) decode, without loading
+    double last_decode = 0;                   // the last batch's VAE (or TAESD) decode, without loading
+    double encode_load = 0, last_encode = 0;  // the VAE encoder (--init-img): loading, the last batch's encode
 };
 
 }  // namespace sd

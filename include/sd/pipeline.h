@@ -16,7 +16,9 @@
 
 namespace sd {
 
-// Called after each sampler step: step (1-based) of total.
+// Called with step 0 (and total 0) when sampling starts, the stages loaded and the
+// prompts encoded, so that a step's time leaves loading out; then after each
+// sampler step: step (1-based) of total. The hires fix's second pass starts again at 0.
 using ProgressFn = std::function<void(int step, int total)>;
 
 // Called every PipelineOptions::preview_every steps with the batch's current

@@ -274,6 +274,7 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
     std::optional<InpaintBlend> blend;
     if (start.mask.defined()) blend = InpaintBlend{start.mask};
     if (first_batch) times_.start_to_first_step = seconds_since_process_start();
+    if (progress) progress(0, 0);
     at::Tensor latents = sample(ks, std::ref(guidance), start.noise, config_.alphas_cumprod, noise_.steps(), on_step,
                                 start.init_latents, blend ? &*blend : nullptr)
                              .contiguous();

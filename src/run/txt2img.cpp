@@ -154,6 +154,9 @@ public:
         steps_ = steps_of(b);
     }
 
+    // Sampling starts: the next step's time counts from here, not from the loading before.
+    void sampling_starts() { last_ = Clock::now(); }
+
     // After a sampler step: the report for it.
     ProgressInfo step(int step, int steps) {
         const auto now = Clock::now();
@@ -405,8 +408,12 @@ void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, co
         if (per_image) pipeline.seed(batch.images[0].seed);
         clock.start_batch(batch);
         const ProgressFn progress = [&](int step, int steps) {
-            const ProgressInfo info = clock.step(step, steps);
-            if (events.progress) events.progress(info);
+            if (step == 0) {
+                clock.sampling_starts();
+            } else {
+                const ProgressInfo info = clock.step(step, steps);
+                if (events.progress) events.progress(info);
+            }
             if (stop()) throw Interrupted{};
         };
         if (events.preview_written) pipeline.set_preview(preview_writer(job, batch, st.next_number, events));

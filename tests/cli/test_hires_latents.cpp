@@ -90,4 +90,22 @@ TEST(HiresLatents, UpscalersInterpolateAsTorch) {
     EXPECT_FLOAT_EQ(bilinear[0][0][0][1].item<float>(), 0.25f);
 }
 
+// Progress through the library: (0, 0) as each pass starts sampling (its loading
+// done), then each step; the hires fix runs two passes.
+TEST(HiresLatents, ProgressMarksTheStartOfEachPass) {
+    auto pipeline = tiny_pipeline();
+    sd::GenerateSettings s;
+    s.sampler = "ddim";
+    s.steps = 4;
+    s.width = s.height = 64;
+    s.hires.scale = 1.5;
+    s.hires.steps = 4;
+    s.hires.strength = 0.5;
+    std::vector<std::pair<int, int>> calls;
+    pipeline->seed(1);
+    pipeline->generate({"a red circle"}, s, [&](int step, int total) { calls.emplace_back(step, total); });
+    const std::vector<std::pair<int, int>> want = {{0, 0}, {1, 4}, {2, 4}, {3, 4}, {4, 4}, {0, 0}, {1, 2}, {2, 2}};
+    EXPECT_EQ(calls, want);
+}
+
 }  // namespace

@@ -1,11 +1,15 @@
-// Progress text (sd/progress.h).
+// Progress text (sd/progress.h), and the step times a run reports.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "sd/error.h"
-#include "test_util.h"
+#include "sd/pipeline.h"
 #include "sd/progress.h"
+#include "sd/txt2img.h"
+#include "test_util.h"
 
 TEST(Progress, TextHasImagesStepSpeedAndEta) {
     sd::ProgressInfo p;
@@ -20,4 +24,61 @@ TEST(Progress, TextHasImagesStepSpeedAndEta) {
     p.batch_images = 1;
     p.eta_seconds = 3725;
     EXPECT_EQ(sd::progress_text(p), "image 4/21  step 12/50  1.23 s/step  ETA 1h02m");
+}
+
+// A pipeline that takes `load_seconds` before sampling starts (as loading the
+// stages does) and none for its steps: the progress a run reports must time the
+// steps alone.
+class SlowStartPipeline final : public sd::Pipeline {
+public:
+    explicit SlowStartPipeline(double load_seconds) : load_seconds_(load_seconds) {
+        config_.alphas_cumprod.assign(1000, 0.5f);
+    }
+    const sd::ModelConfig& config() const override { return config_; }
+    const sd::ComputeChoice& compute() const override { return compute_; }
+    void check(const sd::GenerateSettings&) const override {}
+    sd::MemoryPlan plan(const sd::GenerateSettings&, int) const override { return {}; }
+    const sd::StagePeaks& measured() const override { return peaks_; }
+    const sd::StageTimes& timings() const override { return times_; }
+    void seed(uint64_t) override {}
+    void set_preview(sd::PreviewFn) override {}
+    sd::BatchOutput generate(const std::vector<std::string>& prompts, const sd::GenerateSettings& s,
+                             const sd::ProgressFn& progress) override {
+        std::this_thread::sleep_for(std::chrono::duration<double>(load_seconds_));
+        progress(0, 0);
+        for (int i = 1; i <= s.steps; ++i) progress(i, s.steps);
+        sd::BatchOutput out;
+        for (size_t i = 0; i < prompts.size(); ++i)
+            out.images.push_back({s.width, s.height, std::vector<uint8_t>(static_cast<size_t>(s.width * s.height * 3))});
+        return out;
+    }
+
+private:
+    double load_seconds_;
+    sd::ModelConfig config_;
+    sd::ComputeChoice compute_;
+    sd::StagePeaks peaks_;
+    sd::StageTimes times_;
+};
+
+TEST(Progress, StepTimesLeaveTheLoadingBeforeSamplingOut) {
+    SlowStartPipeline pipeline(1.0);
+    sd::Txt2ImgJob job;
+    job.prompts = {sd::PromptLine{"a cat"}};
+    job.settings.sampler = "ddim";
+    job.settings.steps = 4;
+    job.settings.width = job.settings.height = 8;
+    job.outdir = sdtest::temp_dir();
+    std::vector<sd::ProgressInfo> reports;
+    sd::Txt2ImgEvents events;
+    events.progress = [&](const sd::ProgressInfo& p) { reports.push_back(p); };
+    const sd::Txt2ImgResult r = sd::run_txt2img(pipeline, job, events);
+    ASSERT_EQ(r.written.size(), 1u);
+    ASSERT_EQ(reports.size(), 4u) << "one report per step, none for the start";
+    for (const auto& p : reports) {
+        EXPECT_GE(p.step, 1);
+        // The steps take microseconds; the second before them must not be counted in.
+        EXPECT_LT(p.seconds_per_step, 0.5) << "step " << p.step;
+        EXPECT_LT(p.eta_seconds, 1.0) << "step " << p.step;
+    }
 }
