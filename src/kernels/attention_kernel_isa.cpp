@@ -1,8 +1,6 @@
-// One instruction-set build of the fused attention kernel (attention_kernel.h).
-// CMake compiles this file several times with SD_ISA set to the namespace and
-// SD_VEC to the vector width in floats, and with the matching -m flags; GCC's
-// vector extensions then map each `Vec` operation onto that width. The build
-// with -mamx-bf16 runs bf16 problems' products on AMX tiles (below).
+// One instruction-set build of the fused attention kernel (attention_kernel.h),
+// its vector arithmetic in isa_vec.h. The build with -mamx-bf16 runs bf16
+// problems' products on AMX tiles (below).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +10,7 @@
 #include "kernels/attention_kernel.h"
 #include "kernels/attention_tiles.h"
 #include "kernels/bf16.h"
+#include "kernels/isa_vec.h"
 
 #if defined(__AMX_BF16__)
 #include <immintrin.h>
@@ -21,42 +20,9 @@ namespace sd::kernels::SD_ISA {
 
 namespace {
 
-constexpr int W = SD_VEC;
-typedef float Vec __attribute__((vector_size(W * 4)));
-typedef int32_t IVec __attribute__((vector_size(W * 4)));
-// The same vector at any float address, for loads and stores.
-typedef float UnalignedVec __attribute__((vector_size(W * 4), aligned(4), may_alias));
-
-inline Vec load(const float* p) { return *reinterpret_cast<const UnalignedVec*>(p); }
-inline void store(float* p, Vec v) { *reinterpret_cast<UnalignedVec*>(p) = v; }
-// x - 0 is x for every x (-0 too), so this compiles to one broadcast, where
-// `Vec{} + x` keeps a scalar add for the sign of zero.
-inline Vec splat(float x) { return x - Vec{}; }
-inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
-
-// e^x for x <= 0 (scores minus their running maximum). x = n ln2 + r with
-// |r| <= ln2/2, a degree-7 Taylor polynomial for e^r (relative error below
-// 2e-7), and 2^n built in the exponent bits. Below -87 the result is clamped
-// to about 1e-38, which adds nothing visible to a row sum that holds a 1.
-inline Vec exp_nonpositive(Vec x) {
-    x = vmax(x, splat(-87.0f));
-    const Vec t = x * 1.44269504088896341f - 0.5f;  // x log2(e), rounded below
-    IVec n = __builtin_convertvector(t, IVec);      // truncates toward zero
-    n += __builtin_convertvector(n, Vec) > t;       // true is -1: floor for negative t
-    n += 1;                                         // floor(t) + 1 = round(x log2 e)
-    const Vec nf = __builtin_convertvector(n, Vec);
-    const Vec r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;
-    Vec p = splat(1.0f / 5040);
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const IVec bits = (n + 127) << 23;
-    return p * reinterpret_cast<const Vec&>(bits);
-}
+// e^x for x <= 0 (scores minus their running maximum). Below -87 the result is
+// clamped to about 1e-38, which adds nothing visible to a row sum that holds a 1.
+inline Vec exp_nonpositive(Vec x) { return exp_in_range(vmax(x, splat(-87.0f))); }
 
 inline float hmax(Vec v) {
     float m = v[0];

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/blocked_kernel.h"
+#include "kernels/isa_vec.h"
 
 #define SD_BLOCKED_STR2(x) #x
 #define SD_BLOCKED_STR(x) SD_BLOCKED_STR2(x)
@@ -14,41 +15,8 @@ namespace sd::kernels::SD_ISA {
 
 namespace {
 
-constexpr int W = SD_VEC;
-typedef float Vec __attribute__((vector_size(W * 4)));
-typedef int32_t IVec __attribute__((vector_size(W * 4)));
-typedef float UnalignedVec __attribute__((vector_size(W * 4), aligned(4), may_alias));
-
-inline Vec load(const float* p) { return *reinterpret_cast<const UnalignedVec*>(p); }
-inline void store(float* p, Vec v) { *reinterpret_cast<UnalignedVec*>(p) = v; }
-inline Vec splat(float x) { return x - Vec{}; }
-inline Vec vmin(Vec a, Vec b) { return a < b ? a : b; }
-inline Vec vmax(Vec a, Vec b) { return a > b ? a : b; }
-
-// e^x for x in [-87, 88] (clamped there): x = n ln2 + r, |r| <= ln2/2, a
-// degree-7 Taylor polynomial for e^r (relative error below 2e-7), 2^n in the
-// exponent bits.
-inline Vec vexp(Vec x) {
-    x = vmin(vmax(x, splat(-87.0f)), splat(88.0f));
-    const Vec t = x * 1.44269504088896341f - 0.5f;
-    IVec n = __builtin_convertvector(t, IVec);  // truncates toward zero
-    n += __builtin_convertvector(n, Vec) > t;   // true is -1: floor for negative t
-    n += 1;                                     // round(x log2 e)
-    const Vec nf = __builtin_convertvector(n, Vec);
-    const Vec r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f;
-    Vec p = splat(1.0f / 5040);
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    // n can reach 128 at x = 88: build 2^n as two halves so the exponent never overflows.
-    const IVec h1 = ((n >> 1) + 127) << 23;
-    const IVec h2 = ((n - (n >> 1)) + 127) << 23;
-    return p * reinterpret_cast<const Vec&>(h1) * reinterpret_cast<const Vec&>(h2);
-}
+// e^x, clamped to [-87, 88] first, where it stays finite.
+inline Vec vexp(Vec x) { return exp_in_range(vmin(vmax(x, splat(-87.0f)), splat(88.0f))); }
 
 // x * sigmoid(x) = x / (1 + e^-x).
 inline Vec silu(Vec x) { return x / (1.0f + vexp(-x)); }
