@@ -75,19 +75,25 @@ inline void value_block(const float* p, int64_t p_row, const float* v, int64_t d
         for (int i = 0; i < NV; ++i) store(o + r * dp + i * W, acc[r][i]);
 }
 
-// Rows per register block: 4 with 32 vector registers, 2 with 16. With 32,
-// scores take 8 rows (16 accumulators: half the key loads per FMA, and enough
-// independent sums to hide the FMA latency), and so do values for heads of up
-// to 3 vectors (SD 1.x's 40 channels: 24 accumulators). Each sum still runs in
-// the same order, so the results are the same bits.
+// Rows per register block: 4 with 32 vector registers, 2 with 16. Scores take
+// kWideRows rows: with 32 registers 8 (16 accumulators: half the key loads per
+// FMA, and enough independent sums to hide the FMA latency), with 16 registers 4
+// (8 accumulators, which two FMA ports of latency 4 need); and so do values for
+// heads of up to 3 vectors with 32 (SD 1.x's 40 channels: 24 accumulators). Each
+// sum still runs in the same order, so the results are the same bits.
 constexpr int kRows = W >= 16 ? 4 : 2;
-constexpr int kWideRows = W >= 16 ? 8 : 2;
+constexpr int kWideRows = W >= 16 ? 8 : 4;
 constexpr int kValueVecs = 4;
 
+// O[R rows][vecs vectors] += P v: blocks of 4 vectors, or of 5 with 16 registers
+// where the head is a multiple of 5 vectors (SD 1.x's heads of 40, 80 and 160
+// channels in 8-float vectors): 2 rows of 5 are 10 accumulators in 16 registers,
+// where 4 + 1 left the last block 2, too few to hide the FMA latency.
 template <int R>
-void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t keys, float* o) {
-    const int64_t vecs = dp / W;
+void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t vecs, int64_t keys, float* o) {
     int64_t i = 0;
+    if (W < 16 && vecs % 5 == 0)
+        for (; i < vecs; i += 5) value_block<R, 5>(p, p_row, v + i * W, dp, keys, o + i * W);
     for (; i + kValueVecs <= vecs; i += kValueVecs)
         value_block<R, kValueVecs>(p, p_row, v + i * W, dp, keys, o + i * W);
     switch (vecs - i) {
@@ -105,9 +111,12 @@ void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t k
     }
 }
 
-// values() for kWideRows rows: one block when the head is at most 3 vectors wide.
-void values_wide(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t keys, float* o) {
-    switch (dp / W) {
+// values() for kWideRows rows of a head of d channels (rows dp apart): the vectors
+// that hold its channels (the padding to dp gives nothing read), in one block
+// where the head is at most 3 vectors wide and there are 32 registers.
+void values_wide(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t d, int64_t keys, float* o) {
+    const int64_t vecs = (d + W - 1) / W;
+    switch (vecs) {
         case 3:
             if (kWideRows == 8) return value_block<kWideRows, 3>(p, p_row, v, dp, keys, o);
             break;
@@ -120,7 +129,7 @@ void values_wide(const float* p, int64_t p_row, const float* v, int64_t dp, int6
         default:
             break;
     }
-    for (int r = 0; r < kWideRows; r += kRows) values<kRows>(p + r * p_row, p_row, v, dp, keys, o + r * dp);
+    for (int r = 0; r < kWideRows; r += kRows) values<kRows>(p + r * p_row, p_row, v, dp, vecs, keys, o + r * dp);
 }
 
 // n floats from an fp32 row, or widened from a bf16 one.
@@ -470,7 +479,7 @@ void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
                     for (int64_t c = 0; c < dp; ++c) o[r * dp + c] *= alpha;
             }
             for (int64_t r = 0; r < rows_pad; r += kWideRows)
-                values_wide(&s[r * key_tile], key_tile, vp + j0 * dp, dp, valid, &o[r * dp]);
+                values_wide(&s[r * key_tile], key_tile, vp + j0 * dp, dp, p.d, valid, &o[r * dp]);
         }
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t oo = b * p.o_batch + (row0 + r) * p.o_row + h * p.d;
