@@ -1,7 +1,7 @@
 // Vector arithmetic shared by the row kernels (bf16_rows.cpp, f32_rows.cpp):
-// 16-float GCC vectors, which each instruction-set build of a caller lowers to
-// its own width, and the exp and gelu both kernels compute with (at any width). Include only
-// from those files: every function is inlined into a caller built per ISA.
+// 16-float GCC vectors (the bf16 kernels' width, one AVX-512 register), and the
+// exp and gelu both kernels compute with, at any width. Include only from those
+// files: every function is inlined into a caller built per ISA.
 #pragma once
 #include <cstdint>
 
