@@ -135,11 +135,14 @@ std::vector<PlannedBatch> select_work(const Txt2ImgJob& job, const RunPlan& plan
 }
 
 // Progress over the whole run in image-steps (the steps each sampler really
-// runs), and the ETA from the time its steps took so far.
+// runs), and the ETA: the steps left at the time steps took so far, plus the
+// batches left at the time each batch took besides its steps (decoding, writing,
+// encoding the next prompts), measured from the first step on: the loading
+// before it happens once.
 class RunClock {
 public:
     RunClock(const RunPlan& plan, const std::vector<PlannedBatch>& todo, int timesteps)
-        : plan_(plan), timesteps_(timesteps) {
+        : plan_(plan), timesteps_(timesteps), batches_(static_cast<int>(todo.size())) {
         for (const auto& b : todo) {
             images_ += static_cast<int>(b.images.size());
             total_units_ += static_cast<int64_t>(b.images.size()) * steps_of(b);
@@ -152,10 +155,15 @@ public:
         batch_start_ = last_ = Clock::now();
         units_before_ = done_units_;
         steps_ = steps_of(b);
+        ++batches_started_;
     }
 
     // Sampling starts: the next step's time counts from here, not from the loading before.
-    void sampling_starts() { last_ = Clock::now(); }
+    void sampling_starts() {
+        last_ = Clock::now();
+        if (!sampling_began_) first_sampling_ = last_;
+        sampling_began_ = true;
+    }
 
     // After a sampler step: the report for it.
     ProgressInfo step(int step, int steps) {
@@ -173,6 +181,13 @@ public:
         info.seconds_per_step = dt;
         info.eta_seconds = step_seconds_ / static_cast<double>(done_units_) *
                            static_cast<double>(std::max<int64_t>(0, total_units_ - done_units_));
+        if (sampling_began_ && batches_started_ > 1) {
+            // Time since the first step not spent in steps, per batch boundary crossed; this
+            // batch's end and each later batch have one to come.
+            const double between =
+                std::max(0.0, std::chrono::duration<double>(now - first_sampling_).count() - step_seconds_);
+            info.eta_seconds += between / (batches_started_ - 1) * (batches_ - batches_started_ + 1);
+        }
         return info;
     }
 
@@ -197,9 +212,11 @@ private:
     const RunPlan& plan_;
     int timesteps_;
     int images_ = 0, images_done_ = 0, n_ = 0, steps_ = 0;
+    int batches_ = 0, batches_started_ = 0;
     int64_t total_units_ = 0, done_units_ = 0, units_before_ = 0;
     double step_seconds_ = 0;  // time spent in sampler steps so far
-    Clock::time_point batch_start_, last_;
+    bool sampling_began_ = false;
+    Clock::time_point batch_start_, last_, first_sampling_;
 };
 
 // The parameters text, with the compute precision where it is not fp32

@@ -26,12 +26,13 @@ TEST(Progress, TextHasImagesStepSpeedAndEta) {
     EXPECT_EQ(sd::progress_text(p), "image 4/21  step 12/50  1.23 s/step  ETA 1h02m");
 }
 
-// A pipeline that takes `load_seconds` before sampling starts (as loading the
-// stages does) and none for its steps: the progress a run reports must time the
-// steps alone.
+// A pipeline that takes `load_seconds` before its first batch samples (as loading
+// the stages does), `decode_seconds` after each batch's steps (as decoding does)
+// and no time for its steps.
 class SlowStartPipeline final : public sd::Pipeline {
 public:
-    explicit SlowStartPipeline(double load_seconds) : load_seconds_(load_seconds) {
+    SlowStartPipeline(double load_seconds, double decode_seconds)
+        : load_seconds_(load_seconds), decode_seconds_(decode_seconds) {
         config_.alphas_cumprod.assign(1000, 0.5f);
     }
     const sd::ModelConfig& config() const override { return config_; }
@@ -45,8 +46,10 @@ public:
     sd::BatchOutput generate(const std::vector<std::string>& prompts, const sd::GenerateSettings& s,
                              const sd::ProgressFn& progress) override {
         std::this_thread::sleep_for(std::chrono::duration<double>(load_seconds_));
+        load_seconds_ = 0;  // loaded once
         progress(0, 0);
         for (int i = 1; i <= s.steps; ++i) progress(i, s.steps);
+        std::this_thread::sleep_for(std::chrono::duration<double>(decode_seconds_));
         sd::BatchOutput out;
         for (size_t i = 0; i < prompts.size(); ++i)
             out.images.push_back({s.width, s.height, std::vector<uint8_t>(static_cast<size_t>(s.width * s.height * 3))});
@@ -54,7 +57,7 @@ public:
     }
 
 private:
-    double load_seconds_;
+    double load_seconds_, decode_seconds_;
     sd::ModelConfig config_;
     sd::ComputeChoice compute_;
     sd::StagePeaks peaks_;
@@ -62,7 +65,7 @@ private:
 };
 
 TEST(Progress, StepTimesLeaveTheLoadingBeforeSamplingOut) {
-    SlowStartPipeline pipeline(1.0);
+    SlowStartPipeline pipeline(1.0, 0.0);
     sd::Txt2ImgJob job;
     job.prompts = {sd::PromptLine{"a cat"}};
     job.settings.sampler = "ddim";
@@ -81,4 +84,28 @@ TEST(Progress, StepTimesLeaveTheLoadingBeforeSamplingOut) {
         EXPECT_LT(p.seconds_per_step, 0.5) << "step " << p.step;
         EXPECT_LT(p.eta_seconds, 1.0) << "step " << p.step;
     }
+}
+
+// The ETA counts what each batch takes besides its steps (decoding, writing), as
+// measured from the first step on, and not the loading before it.
+TEST(Progress, EtaCountsTheTimeBetweenBatchesButNotTheLoading) {
+    SlowStartPipeline pipeline(2.0, 0.5);
+    sd::Txt2ImgJob job;
+    job.from_file = true;
+    job.prompts = {sd::PromptLine{"a cat", 1}, sd::PromptLine{"a dog", 2}, sd::PromptLine{"a cow", 3}};
+    job.settings.sampler = "ddim";
+    job.settings.steps = 4;
+    job.settings.width = job.settings.height = 8;
+    job.outdir = sdtest::temp_dir();
+    std::vector<sd::ProgressInfo> reports;
+    sd::Txt2ImgEvents events;
+    events.progress = [&](const sd::ProgressInfo& p) { reports.push_back(p); };
+    ASSERT_EQ(sd::run_txt2img(pipeline, job, events).written.size(), 3u);
+    ASSERT_EQ(reports.size(), 12u);
+    // The second batch's first step: its own decode and the third batch's are to come, 0.5 s each.
+    const sd::ProgressInfo& second = reports[4];
+    ASSERT_EQ(second.first_image, 2);
+    EXPECT_GT(second.eta_seconds, 0.8) << "the time between batches is left out";
+    EXPECT_LT(second.eta_seconds, 3.0) << "the loading before the first step is counted in";
+    EXPECT_LT(reports.back().eta_seconds, second.eta_seconds);
 }
