@@ -64,10 +64,12 @@ private:
     sd::StageTimes times_;
 };
 
-TEST(Progress, StepTimesLeaveTheLoadingBeforeSamplingOut) {
-    SlowStartPipeline pipeline(1.0, 0.0);
+// Runs the prompts (a file's lines, one image a batch) through the pipeline, 4 DDIM steps
+// at 8x8; the progress reports it made; the images written must be one per prompt.
+std::vector<sd::ProgressInfo> run_reports(sd::Pipeline& pipeline, const std::vector<std::string>& prompts) {
     sd::Txt2ImgJob job;
-    job.prompts = {sd::PromptLine{"a cat"}};
+    job.from_file = true;
+    for (size_t i = 0; i < prompts.size(); ++i) job.prompts.push_back(sd::PromptLine{prompts[i], int(i) + 1});
     job.settings.sampler = "ddim";
     job.settings.steps = 4;
     job.settings.width = job.settings.height = 8;
@@ -75,8 +77,13 @@ TEST(Progress, StepTimesLeaveTheLoadingBeforeSamplingOut) {
     std::vector<sd::ProgressInfo> reports;
     sd::Txt2ImgEvents events;
     events.progress = [&](const sd::ProgressInfo& p) { reports.push_back(p); };
-    const sd::Txt2ImgResult r = sd::run_txt2img(pipeline, job, events);
-    ASSERT_EQ(r.written.size(), 1u);
+    EXPECT_EQ(sd::run_txt2img(pipeline, job, events).written.size(), prompts.size());
+    return reports;
+}
+
+TEST(Progress, StepTimesLeaveTheLoadingBeforeSamplingOut) {
+    SlowStartPipeline pipeline(1.0, 0.0);
+    const auto reports = run_reports(pipeline, {"a cat"});
     ASSERT_EQ(reports.size(), 4u) << "one report per step, none for the start";
     for (const auto& p : reports) {
         EXPECT_GE(p.step, 1);
@@ -90,17 +97,7 @@ TEST(Progress, StepTimesLeaveTheLoadingBeforeSamplingOut) {
 // measured from the first step on, and not the loading before it.
 TEST(Progress, EtaCountsTheTimeBetweenBatchesButNotTheLoading) {
     SlowStartPipeline pipeline(2.0, 0.5);
-    sd::Txt2ImgJob job;
-    job.from_file = true;
-    job.prompts = {sd::PromptLine{"a cat", 1}, sd::PromptLine{"a dog", 2}, sd::PromptLine{"a cow", 3}};
-    job.settings.sampler = "ddim";
-    job.settings.steps = 4;
-    job.settings.width = job.settings.height = 8;
-    job.outdir = sdtest::temp_dir();
-    std::vector<sd::ProgressInfo> reports;
-    sd::Txt2ImgEvents events;
-    events.progress = [&](const sd::ProgressInfo& p) { reports.push_back(p); };
-    ASSERT_EQ(sd::run_txt2img(pipeline, job, events).written.size(), 3u);
+    const auto reports = run_reports(pipeline, {"a cat", "a dog", "a cow"});
     ASSERT_EQ(reports.size(), 12u);
     // The second batch's first step: its own decode and the third batch's are to come, 0.5 s each.
     const sd::ProgressInfo& second = reports[4];
