@@ -49,7 +49,7 @@ at::Tensor blocked_to_plain(const at::Tensor& x);
 // A plain tensor in the blocked layout of `block` (channels zero-padded).
 at::Tensor plain_to_blocked(const at::Tensor& x, int64_t block);
 
-// The problem a 3x3 layer's Winograd weights are made for (kernels::pack_winograd_weights):
+// The problem a 3x3 layer's Winograd weights are made for (kernels::make_winograd_slot):
 // images per pass and the layer's input height and width; rows 0: none.
 struct WinogradSize {
     int64_t rows = 0, height = 0, width = 0;
