@@ -323,8 +323,8 @@ void add_flags(CLI::App& app, Flags& f) {
            "auto or on: convolution weights in oneDNN's layout from load on (fp32 on a CPU); off: as in the file")
         ->capture_default_str();
     app.add_option("--winograd", f.winograd,
-                   "auto, on or off: the 3x3 convolutions of the UNet's first two levels and of a TAESD by "
-                   "Winograd (fp32, prepacked, AVX-512); auto: when memory allows")
+                   "auto, on or off: the 3x3 convolutions of the UNet's first two levels, of a TAESD and of "
+                   "the VAE by Winograd (fp32, prepacked, AVX2 or AVX-512); auto: the UNet's when memory allows")
         ->capture_default_str();
     app.add_option("--sequential-load", f.sequential_load, "auto, on (one stage in memory at a time) or off")
         ->capture_default_str();

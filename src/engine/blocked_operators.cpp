@@ -207,8 +207,10 @@ at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSi
     const auto wc = w.contiguous();
     const int64_t oc = w.size(0), ic = w.size(1), kh = w.size(2), kw = w.size(3);
     const int64_t direct = kernels::packed_conv_weight_floats(oc, ic, kh, kw, static_cast<int>(block));
-    const bool wants_slot = winograd.rows > 0 && kh == 3 && kw == 3;
-    const int64_t slot = wants_slot ? kernels::winograd_slot_floats(oc, ic, static_cast<int>(block)) : 0;
+    const bool wants_slot = (winograd.rows > 0 || winograd.per_call) && kh == 3 && kw == 3;
+    const int64_t slot = !wants_slot         ? 0
+                         : winograd.per_call ? kernels::per_call_winograd_slot_floats(static_cast<int>(block))
+                                             : kernels::winograd_slot_floats(oc, ic, static_cast<int>(block));
     auto p = at::empty({direct + slot}, w.options());
     kernels::pack_conv_weights(wc.data_ptr<float>(), oc, ic, kh, kw, static_cast<int>(block), p.data_ptr<float>());
     if (slot == 0) return p;
@@ -216,19 +218,25 @@ at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSi
     s.n = winograd.rows, s.ic = ic, s.oc = oc, s.ih = winograd.height, s.iw = winograd.width, s.kh = s.kw = 3;
     s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
     s.block = static_cast<int>(block);
+    float* slot_at = p.data_ptr<float>() + direct;
+    const bool made = winograd.per_call ? kernels::make_per_call_winograd_slot(s, slot_at)
+                                        : kernels::make_winograd_slot(p.data_ptr<float>(), s, slot_at, slot);
     // No Winograd convolution at the size planned for: the direct weight alone.
-    if (!kernels::make_winograd_slot(p.data_ptr<float>(), s, p.data_ptr<float>() + direct, slot))
-        return p.narrow(0, 0, direct).clone();
+    if (!made) return p.narrow(0, 0, direct).clone();
     return p;
 }
 
 bool winograd_available() {
-    if (blocked_route_block() != 16) return false;
+    const int block = blocked_route_block();
+    if (block == 0) return false;
     kernels::ConvShape probe;  // a UNet first-level layer at 512x512
     probe.n = 1, probe.ic = probe.oc = 320, probe.ih = probe.iw = 64, probe.kh = probe.kw = 3;
     probe.pad_top = probe.pad_left = probe.pad_bottom = probe.pad_right = 1;
+    probe.block = block;
     return kernels::winograd_runs(probe);
 }
+
+double winograd_weight_floats() { return blocked_route_block() == 8 ? 16.0 : 36.0; }
 
 bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block) {
     return packed.dim() == 1 &&

@@ -50,20 +50,27 @@ at::Tensor blocked_to_plain(const at::Tensor& x);
 at::Tensor plain_to_blocked(const at::Tensor& x, int64_t block);
 
 // The problem a 3x3 layer's Winograd weights are made for (kernels::make_winograd_slot):
-// images per pass and the layer's input height and width; rows 0: none.
+// images per pass and the layer's input height and width; rows 0: none. per_call: the
+// own route's weights made on each call instead (kernels::make_per_call_winograd_slot),
+// where that route runs; no size needed.
 struct WinogradSize {
     int64_t rows = 0, height = 0, width = 0;
+    bool per_call = false;
 };
 
 // A conv weight [out, in, k, k] (fp32) in the blocked weight layout: a 1-D tensor,
-// followed, for a 3x3 weight and a WinogradSize where oneDNN has a Winograd
-// convolution, by a Winograd slot (kernels::make_winograd_slot) holding its weights
-// transformed for that size: transformed again, in place, when the layer runs at
-// another size, so that results never depend on the sizes run before.
+// followed, for a 3x3 weight and a WinogradSize where a Winograd convolution runs, by
+// a Winograd slot (kernels::make_winograd_slot) holding its weights transformed: for
+// oneDNN's (block 16) for that size, transformed again, in place, when the layer runs
+// at another size, so that results never depend on the sizes run before; the own
+// route's (block 8) are the same at every size.
 at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSize& winograd = {});
-// Whether the blocked route runs Winograd convolutions here (AVX-512 and oneDNN's
-// Winograd primitives; not under DNNL_MAX_CPU_ISA=AVX2 or SD_BLOCKED_ISA=avx2).
+// Whether the blocked route runs Winograd convolutions here: oneDNN's F(4x4, 3x3) on
+// AVX-512, the own F(2x2, 3x3) on AVX2 (DNNL_MAX_CPU_ISA=AVX2, SD_BLOCKED_ISA=avx2 or an
+// AVX2 CPU); none on the plain route.
 bool winograd_available();
+// Floats a 3x3 weight's 9 take in that Winograd form (36 or 16; memory::MemoryRequest).
+double winograd_weight_floats();
 // Whether a weight pack_conv_weight returned carries a Winograd slot.
 bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block);
 

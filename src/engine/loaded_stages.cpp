@@ -179,7 +179,8 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         const bool unet = path == config_.unet_path;
         int winograd_layers = 0;
         // the ResNet blocks on blocked activations, then the other convolutions
-        prepack_blocked(*slot, unet ? winograd_ : WinogradChoice{}, &winograd_layers);
+        const bool vae_stage = path == config_.vae_decoder_path || path == config_.vae_encoder_path;
+        prepack_blocked(*slot, unet ? winograd_ : WinogradChoice{{}, vae_stage && vae_winograd_}, &winograd_layers);
         prepack_convolutions(*slot);
         use_fused_rows(*slot);  // fp32's one-pass GEGLU gate
         if (unet) {

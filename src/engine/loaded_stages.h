@@ -66,6 +66,9 @@ public:
     // The plan's Winograd choice for the UNet loaded next (with --prepack), and
     // how many levels' Winograd slots the loaded UNet holds.
     void set_winograd(const WinogradChoice& w) { winograd_ = w; }
+    // --winograd for the VAE encoder and decoder loaded next (with --prepack): their 3x3
+    // convolutions by the own route with weights made per call (no memory held).
+    void set_vae_winograd(bool on) { vae_winograd_ = on; }
     bool winograd_applies_to_unet() const;
     int unet_winograd_levels() const { return unet_winograd_levels_; }
 
@@ -97,6 +100,7 @@ private:
     bool prepack_ = false, unet_packed_ = false;
     int unet_winograd_levels_ = 0;
     WinogradChoice winograd_;
+    bool vae_winograd_ = false;
     bool q8_unet_ = false;
     std::map<std::string, at::Tensor> vae_override_;
     std::vector<LoraUse> merged_loras_;

@@ -10,6 +10,7 @@
 
 #include "core/schedule.h"
 #include "engine/block_cache.h"
+#include "engine/blocked_operators.h"
 #include "engine/embeddings.h"
 #include "engine/guidance.h"
 #include "engine/hires_pass.h"
@@ -171,6 +172,7 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
         r.winograd_levels = stages_->unet_winograd_levels();
     else
         r.winograd = options_.winograd;
+    r.winograd_floats = winograd_weight_floats();
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
     return r;
 }
@@ -354,6 +356,8 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
                                    {first_plan.unet_rows, s.height / div, s.width / div}});
     }
     stages_->set_winograd(winograd);
+    // The VAE's per-call form holds no weights, so only --winograd off turns it off.
+    stages_->set_vae_winograd(options_.winograd.value_or(true) && winograd_available());
     c10::InferenceMode guard;
     peaks_ = {};
     try {

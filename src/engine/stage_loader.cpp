@@ -376,6 +376,7 @@ int prepack_blocked(torch::jit::Module& m, const WinogradChoice& winograd, int* 
             WinogradSize size;
             for (const auto& [channels, at] : winograd.levels)
                 if (unit_stride && w.size(2) == 3 && w.size(3) == 3 && w.size(0) == channels) size = at;
+            size.per_call = winograd.per_call && unit_stride && w.size(2) == 3 && w.size(3) == 3;
             const at::Tensor packed = pack_conv_weight(w, block, size);
             if (winograd_layers && has_winograd_form(packed, w.size(0), w.size(1), w.size(2), block))
                 ++*winograd_layers;

@@ -63,8 +63,11 @@ int prepack_convolutions(torch::jit::Module& m);
 // size (blocked_operators.h; where two levels share a width, the last one's: the
 // other's layers then run it only where oneDNN's layout allows, else directly);
 // winograd_layers counts them.
+// With per_call, every 3x3 stride-1 convolution gets the per-call form instead (the
+// VAE's: no weights held, kernels::make_per_call_winograd_slot).
 struct WinogradChoice {
     std::vector<std::pair<int64_t, WinogradSize>> levels;  // output channels, the size they run at
+    bool per_call = false;
 };
 int prepack_blocked(torch::jit::Module& m, const WinogradChoice& winograd = {}, int* winograd_layers = nullptr);
 

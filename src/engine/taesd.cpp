@@ -159,7 +159,7 @@ at::Tensor TaesdDecoder::block(const at::Tensor& x, int layer) const {
 // Winograd form for the size it runs at (made per call: a few milliseconds for TAESD's
 // small weights). fp32 at 512x512 on 2 cores: 0.58-0.65 s -> 0.40-0.49 s (docs/benchmarks.md).
 at::Tensor TaesdDecoder::decode_blocked(const at::Tensor& latents) const {
-    constexpr int64_t B = 16;
+    const int64_t B = blocked_route_block();
     const int64_t c = channels_, n = latents.size(0);
     auto packed = [&](const std::string& key, int64_t h, int64_t w) {
         return pack_conv_weight(this->w(key), B, WinogradSize{n, h, w});
@@ -185,7 +185,7 @@ at::Tensor TaesdDecoder::decode_blocked(const at::Tensor& latents) const {
 
 at::Tensor TaesdDecoder::decode(const at::Tensor& latents, bool winograd) const {
     if (winograd && !channels_last_ && latents.device().is_cpu() && latents.scalar_type() == at::kFloat &&
-        channels_ % 16 == 0 && winograd_available())
+        winograd_available() && channels_ % blocked_route_block() == 0)
         return decode_blocked(latents);
     at::Tensor x = at::tanh(latents / 3.0) * 3.0;  // layer 0: the clamp
     if (channels_last_) x = x.contiguous(at::MemoryFormat::ChannelsLast);

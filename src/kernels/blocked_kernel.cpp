@@ -8,6 +8,7 @@
 #if SD_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -289,10 +290,119 @@ bool transform_into(const float* packed, const ConvShape& s, float* slot, int64_
     return h.n > 0;
 }
 
+// The own Winograd route, F(2x2, 3x3). oneDNN 2.6 has Winograd convolutions for
+// AVX-512 only, and 3x3 convolutions are where AVX2 CPUs (most laptops) spend a UNet
+// step's largest share and nearly all of a VAE decode. 16 products of [tiles, ic] by
+// [ic, oc] replace a direct convolution's 36 taps per 2x2 outputs (2.25x fewer
+// multiplications), for transforms on either side. Its weights U [16][icp][ocp] are
+// the same at every image size, so a slot holds them either resident (block 8: 16/9
+// of the direct weight after the header) or not at all (per call: the header alone,
+// the weights transformed into scratch on each call; the VAE's, on any block).
+const BlockedKernel* own_kernel(int block) {
+    return blocked_kernel_named(block == 16 ? "avx512" : block == 8 ? "avx2" : "");
+}
+
+bool own_winograd_shape(const ConvShape& s) {
+    return s.kh == 3 && s.kw == 3 && s.stride == 1 && s.pad_top == 1 && s.pad_left == 1 && s.pad_bottom == 1 &&
+           s.pad_right == 1 && own_kernel(s.block) != nullptr;
+}
+
+constexpr int64_t kPerCall = -1;  // a header's n for a per-call slot
+
+// Per-call weights are made only where they pay and stay small: at 256 2x2 tiles
+// (one 32x32 image) a 640-channel layer ran 1.45x the direct convolution, 1.63x with
+// its weights resident, and the fewer the tiles the more the transform weighs
+// (bench/winograd_own.cpp). Their scratch is at most 32 MiB (a 512-channel VAE
+// layer's: 16.8 MB). Other calls run the direct convolution.
+constexpr int64_t kPerCallMinTiles = 256;
+constexpr int64_t kPerCallMaxWeightBytes = int64_t{32} << 20;
+
+int64_t padded(int64_t c, int block) { return (c + block - 1) / block * block; }
+
+int64_t tiles_of(const ConvShape& s) { return s.n * ((s.ih + 1) / 2) * ((s.iw + 1) / 2); }
+
+// Transformed input and products are made this many bytes at a time (tiles in chunks),
+// so the route's scratch stays bounded at any image size: the VAE's 128-channel layers
+// at 512² would want 0.5 GB each at once.
+constexpr int64_t kOwnWinogradScratchBytes = int64_t{16} << 20;
+
+void own_winograd_weights(const float* packed, const ConvShape& s, float* u) {
+    const BlockedKernel& k = *own_kernel(s.block);
+    const int64_t icp = padded(s.ic, s.block), ocp = padded(s.oc, s.block);
+#pragma omp parallel for schedule(static)
+    for (int64_t icb = 0; icb < icp / s.block; ++icb) k.winograd_weights(packed, icb, icp / s.block, ocp / s.block, u);
+}
+
+void own_winograd(const ConvShape& s, const float* src, const float* u, const float* bias, float* dst,
+                  bool accumulate) {
+    const BlockedKernel& k = *own_kernel(s.block);
+    WinogradTiles g;
+    g.h = s.ih, g.w = s.iw, g.across = (s.iw + 1) / 2, g.per_image = (s.ih + 1) / 2 * g.across;
+    g.icp = padded(s.ic, s.block), g.ocp = padded(s.oc, s.block), g.icb = g.icp / s.block, g.ocb = g.ocp / s.block;
+    const int64_t tiles = tiles_of(s);
+    g.chunk = std::max<int64_t>(
+        1, std::min(tiles, kOwnWinogradScratchBytes / (16 * (g.icp + g.ocp) * static_cast<int64_t>(sizeof(float)))));
+    // One buffer per thread, kept: a step calls this dozens of times.
+    thread_local std::vector<float> scratch;
+    const size_t need = static_cast<size_t>(16 * g.chunk * (g.icp + g.ocp));
+    if (scratch.size() < need) scratch.resize(need);
+    float* v = scratch.data();
+    float* m = v + 16 * g.chunk * g.icp;
+    std::vector<float> padded_bias;
+    if (bias) {
+        padded_bias.assign(static_cast<size_t>(g.ocp), 0.0f);
+        std::memcpy(padded_bias.data(), bias, sizeof(float) * static_cast<size_t>(s.oc));
+    }
+    constexpr int64_t kTilesPerTask = 8;
+    for (int64_t first = 0; first < tiles; first += g.chunk) {
+        const int64_t count = std::min(g.chunk, tiles - first);
+#pragma omp parallel for schedule(static)
+        for (int64_t t = first; t < first + count; t += kTilesPerTask)
+            k.winograd_input(src, g, t, std::min(t + kTilesPerTask, first + count), first, v);
+        for (int64_t x = 0; x < 16; ++x)
+            dnnl::sgemm('N', 'N', count, g.ocp, g.icp, 1.0f, v + x * g.chunk * g.icp, g.icp, u + x * g.icp * g.ocp,
+                        g.ocp, 0.0f, m + x * g.chunk * g.ocp, g.ocp);
+#pragma omp parallel for schedule(static)
+        for (int64_t t = first; t < first + count; t += kTilesPerTask)
+            k.winograd_output(m, g, t, std::min(t + kTilesPerTask, first + count), first,
+                              bias ? padded_bias.data() : nullptr, accumulate, dst);
+    }
+}
+
+// The per-call form: U into scratch of its own, then the route; false (nothing done)
+// where the call is too small to pay for the transform.
+bool own_winograd_per_call(const ConvShape& s, const float* src, const float* packed, const float* bias, float* dst,
+                           bool accumulate) {
+    const int64_t floats = 16 * padded(s.ic, s.block) * padded(s.oc, s.block);
+    if (tiles_of(s) < kPerCallMinTiles || floats * static_cast<int64_t>(sizeof(float)) > kPerCallMaxWeightBytes)
+        return false;
+    thread_local std::vector<float> u;
+    const size_t need = static_cast<size_t>(floats);
+    if (u.size() < need) u.resize(need);
+    own_winograd_weights(packed, s, u.data());
+    own_winograd(s, src, u.data(), bias, dst, accumulate);
+    return true;
+}
+
+void write_header(float* slot, const WinogradHeader& h) {
+    std::memset(slot, 0, kHeaderFloats * sizeof(float));
+    std::memcpy(slot, &h, sizeof h);
+}
+
 }  // namespace
 
 bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weights, float* winograd,
                   int64_t winograd_floats, const float* bias, float* dst, bool accumulate) {
+    if (winograd && own_winograd_shape(s)) {
+        const WinogradHeader h = header_of(winograd);
+        if (h.n == kPerCall) {
+            if (own_winograd_per_call(s, src, packed_weights, bias, dst, accumulate)) return true;
+            winograd = nullptr;  // a small call: the direct convolution
+        } else if (s.block == 8 && h.n > 0) {
+            own_winograd(s, src, winograd + kHeaderFloats, bias, dst, accumulate);
+            return true;
+        }
+    }
     auto& eng = cpu_engine();
     const dnnl::memory::desc sd({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc dd({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
@@ -322,21 +432,40 @@ bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weig
 }
 
 int64_t winograd_slot_floats(int64_t oc, int64_t ic, int block) {
+    if (block == 8) return own_kernel(8) ? kHeaderFloats + padded(oc, 8) * padded(ic, 8) * 16 : 0;
     if (block != 16) return 0;
     return kHeaderFloats + (oc + 15) / 16 * 16 * ((ic + 15) / 16 * 16) * 36;  // F(4x4, 3x3): 36 floats for 9
 }
 
-bool winograd_runs(const ConvShape& s) { return winograd_primitive(s, true, false) != nullptr; }
+bool winograd_runs(const ConvShape& s) {
+    return s.block == 8 ? own_winograd_shape(s) : winograd_primitive(s, true, false) != nullptr;
+}
 
 bool make_winograd_slot(const float* packed_weights, const ConvShape& s, float* slot, int64_t slot_floats) {
+    if (s.block == 8) {  // the own route's weights: one form for every size (n 1 marks it made)
+        if (!own_winograd_shape(s) || slot_floats != winograd_slot_floats(s.oc, s.ic, 8)) return false;
+        own_winograd_weights(packed_weights, s, slot + kHeaderFloats);
+        write_header(slot, {kWinogradMagic, 1, s.ic, s.oc, 0, 0, s.block, slot_floats});
+        return true;
+    }
     return slot_floats >= kHeaderFloats && transform_into(packed_weights, s, slot, slot_floats);
+}
+
+int64_t per_call_winograd_slot_floats(int block) { return own_kernel(block) ? kHeaderFloats : 0; }
+
+bool make_per_call_winograd_slot(const ConvShape& s, float* slot) {
+    if (!own_winograd_shape(s)) return false;
+    write_header(slot, {kWinogradMagic, kPerCall, s.ic, s.oc, 0, 0, s.block, kHeaderFloats});
+    return true;
 }
 
 bool winograd_slot_fits(const float* slot, int64_t slot_floats, const ConvShape& s) {
     if (!slot || slot_floats < kHeaderFloats) return false;
     const WinogradHeader h = header_of(slot);
-    return h.magic == kWinogradMagic && h.ic == s.ic && h.oc == s.oc && h.block == s.block && h.floats == slot_floats &&
-           slot_floats == winograd_slot_floats(s.oc, s.ic, s.block) && h.n >= 0;
+    if (h.magic != kWinogradMagic || h.ic != s.ic || h.oc != s.oc || h.block != s.block || h.floats != slot_floats)
+        return false;
+    if (h.n == kPerCall) return slot_floats == per_call_winograd_slot_floats(s.block);
+    return slot_floats == winograd_slot_floats(s.oc, s.ic, s.block) && h.n >= 0;
 }
 
 void pack_conv_weights(const float* w, int64_t oc, int64_t ic, int64_t kh, int64_t kw, int block, float* packed) {
@@ -361,6 +490,8 @@ bool conv_blocked(const ConvShape&, const float*, const float*, float*, int64_t,
     throw std::runtime_error("this build has no oneDNN: no blocked convolutions");
 }
 int64_t winograd_slot_floats(int64_t, int64_t, int) { return 0; }
+int64_t per_call_winograd_slot_floats(int) { return 0; }
+bool make_per_call_winograd_slot(const ConvShape&, float*) { return false; }
 bool winograd_runs(const ConvShape&) { return false; }
 bool make_winograd_slot(const float*, const ConvShape&, float*, int64_t) { return false; }
 bool winograd_slot_fits(const float*, int64_t, const ConvShape&) { return false; }

@@ -11,6 +11,17 @@
 
 namespace sd::kernels {
 
+// Where a 3x3 convolution (stride 1, padding 1) by Winograd F(2x2, 3x3) reads and
+// writes: each image of h x w pixels is cut into tiles of 2x2 output pixels, `across`
+// in a row and per_image in all, numbered image by image, row by row. A chunk of
+// `chunk` consecutive tiles is transformed at a time: V [16][chunk][icp] from the
+// input, M [16][chunk][ocp] for the output (icp, ocp: channels padded to the block).
+struct WinogradTiles {
+    int64_t h = 0, w = 0, across = 0, per_image = 0;
+    int64_t icb = 0, ocb = 0, icp = 0, ocp = 0;  // channel blocks, and the padded counts
+    int64_t chunk = 0;
+};
+
 // One instruction-set build of the element-wise kernels (blocked_kernel_isa.cpp).
 // A "plane" is one image's group of `block` channels: hw pixels of `block` floats.
 struct BlockedKernel {
@@ -24,6 +35,17 @@ struct BlockedKernel {
                         bool silu, float* y);
     // Nearest 2x upsampling of one plane's rows [row_begin, row_end) of h x w into 2h x 2w.
     void (*upsample2x)(const float* x, int64_t h, int64_t w, float* y, int64_t row_begin, int64_t row_end);
+    // Winograd F(2x2, 3x3), the own route where oneDNN has none (blocked_kernel.cpp).
+    // U = G g Gᵀ for input block icb of a weight packed by pack_conv_weights (icb_n input
+    // and ocb_n output blocks) into u [16][icp][ocp].
+    void (*winograd_weights)(const float* packed, int64_t icb, int64_t icb_n, int64_t ocb_n, float* u);
+    // V = Bᵀ d B for tiles [t0, t1) of blocked src into v, whose chunk starts at tile chunk_first.
+    void (*winograd_input)(const float* src, const WinogradTiles& g, int64_t t0, int64_t t1, int64_t chunk_first,
+                           float* v);
+    // Y = Aᵀ M A + bias (bias padded to ocp, or null) for tiles [t0, t1) from m into blocked
+    // dst, added to what dst holds with accumulate.
+    void (*winograd_output)(const float* m, const WinogradTiles& g, int64_t t0, int64_t t1, int64_t chunk_first,
+                            const float* bias, bool accumulate, float* dst);
 };
 
 // The widest build this CPU runs and oneDNN may use (SD_BLOCKED_ISA=avx2 or
@@ -69,7 +91,16 @@ int64_t winograd_slot_floats(int64_t oc, int64_t ic, int block);
 bool make_winograd_slot(const float* packed_weights, const ConvShape& s, float* slot, int64_t slot_floats);
 // Whether oneDNN has a Winograd convolution for s (on this CPU, under DNNL_MAX_CPU_ISA).
 bool winograd_runs(const ConvShape& s);
-// Whether `slot` is one make_winograd_slot made for s's layer (its channels and block) and as long.
+// The per-call form (the own F(2x2, 3x3) route, for layers whose resident Winograd
+// weights would cost more memory than they save time: the VAE's): a slot of this many
+// floats (0 where this build has no own route for the block) holding only a header;
+// each call of a large enough image transforms the weights into scratch first, a small
+// one runs the direct convolution. make_per_call_winograd_slot writes the header, false
+// where s is not a 3x3 convolution with stride 1 and padding 1.
+int64_t per_call_winograd_slot_floats(int block);
+bool make_per_call_winograd_slot(const ConvShape& s, float* slot);
+// Whether `slot` is one make_winograd_slot or make_per_call_winograd_slot made for s's
+// layer (its channels and block) and as long.
 bool winograd_slot_fits(const float* slot, int64_t slot_floats, const ConvShape& s);
 
 // Floats of a weight [oc, ic, kh, kw] in the blocked weight layout (OIhw16i16o / OIhw8i8o,

@@ -71,9 +71,109 @@ void upsample2x(const float* x, int64_t h, int64_t w, float* y, int64_t row_begi
     }
 }
 
+// Winograd F(2x2, 3x3): U = G g Gᵀ, V = Bᵀ d B, Y = Aᵀ M A with
+//   G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1], Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
+//   Aᵀ = [1 1 1 0; 0 1 -1 -1].
+// Each helper applies its matrix to four rows (or columns) of vectors at once.
+inline void apply_g(const Vec g[3], Vec t[4]) {
+    t[0] = g[0];
+    t[1] = (g[0] + g[1] + g[2]) * 0.5f;
+    t[2] = (g[0] - g[1] + g[2]) * 0.5f;
+    t[3] = g[2];
+}
+inline void apply_bt(const Vec d[4], Vec e[4]) {
+    e[0] = d[0] - d[2];
+    e[1] = d[1] + d[2];
+    e[2] = d[2] - d[1];
+    e[3] = d[1] - d[3];
+}
+
+void winograd_weights(const float* packed, int64_t icb, int64_t icb_n, int64_t ocb_n, float* u) {
+    const int64_t icp = icb_n * W, ocp = ocb_n * W;
+    for (int i = 0; i < W; ++i)
+        for (int64_t ocb = 0; ocb < ocb_n; ++ocb) {  // innermost: each of U's 16 rows is written in order
+            // tap (r, c)'s W outputs for input channel icb*W + i
+            const float* g = packed + (ocb * icb_n + icb) * 9 * W * W + i * W;
+            Vec t[4][3];  // G g: [4 rows][3 columns]
+            for (int c = 0; c < 3; ++c) {
+                const Vec col[3] = {load(g + (0 + c) * W * W), load(g + (3 + c) * W * W), load(g + (6 + c) * W * W)};
+                Vec out[4];
+                apply_g(col, out);
+                for (int a = 0; a < 4; ++a) t[a][c] = out[a];
+            }
+            for (int a = 0; a < 4; ++a) {
+                Vec out[4];
+                apply_g(t[a], out);
+                for (int b = 0; b < 4; ++b) store(u + ((a * 4 + b) * icp + icb * W + i) * ocp + ocb * W, out[b]);
+            }
+        }
+}
+
+void winograd_input(const float* src, const WinogradTiles& g, int64_t t0, int64_t t1, int64_t chunk_first, float* v) {
+    const Vec zero{};
+    for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n = t / g.per_image, r = t % g.per_image;
+        const int64_t y0 = 2 * (r / g.across) - 1, x0 = 2 * (r % g.across) - 1;
+        bool row_in[4], col_in[4];
+        for (int k = 0; k < 4; ++k) {
+            row_in[k] = y0 + k >= 0 && y0 + k < g.h;
+            col_in[k] = x0 + k >= 0 && x0 + k < g.w;
+        }
+        float* out = v + (t - chunk_first) * g.icp;
+        for (int64_t icb = 0; icb < g.icb; ++icb) {
+            const float* plane = src + (n * g.icb + icb) * g.h * g.w * W;
+            Vec d[4][4];
+            for (int k = 0; k < 4; ++k)
+                for (int j = 0; j < 4; ++j)
+                    d[k][j] = row_in[k] && col_in[j] ? load(plane + ((y0 + k) * g.w + x0 + j) * W) : zero;
+            Vec e[4][4];  // Bᵀ d, column by column
+            for (int j = 0; j < 4; ++j) {
+                const Vec col[4] = {d[0][j], d[1][j], d[2][j], d[3][j]};
+                Vec o[4];
+                apply_bt(col, o);
+                for (int k = 0; k < 4; ++k) e[k][j] = o[k];
+            }
+            for (int k = 0; k < 4; ++k) {
+                Vec o[4];
+                apply_bt(e[k], o);
+                for (int j = 0; j < 4; ++j) store(out + (k * 4 + j) * g.chunk * g.icp + icb * W, o[j]);
+            }
+        }
+    }
+}
+
+void winograd_output(const float* m, const WinogradTiles& g, int64_t t0, int64_t t1, int64_t chunk_first,
+                     const float* bias, bool accumulate, float* dst) {
+    for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n = t / g.per_image, r = t % g.per_image;
+        const int64_t y0 = 2 * (r / g.across), x0 = 2 * (r % g.across);
+        const bool two_rows = y0 + 1 < g.h, two_cols = x0 + 1 < g.w;
+        const float* in = m + (t - chunk_first) * g.ocp;
+        for (int64_t ocb = 0; ocb < g.ocb; ++ocb) {
+            Vec s[2][4];  // Aᵀ M
+            for (int j = 0; j < 4; ++j) {
+                Vec c[4];
+                for (int k = 0; k < 4; ++k) c[k] = load(in + (k * 4 + j) * g.chunk * g.ocp + ocb * W);
+                s[0][j] = c[0] + c[1] + c[2];
+                s[1][j] = c[1] - c[2] - c[3];
+            }
+            const Vec b = bias ? load(bias + ocb * W) : Vec{};
+            float* plane = dst + (n * g.ocb + ocb) * g.h * g.w * W;
+            for (int k = 0; k < (two_rows ? 2 : 1); ++k) {
+                const Vec y[2] = {s[k][0] + s[k][1] + s[k][2] + b, s[k][1] - s[k][2] - s[k][3] + b};
+                for (int j = 0; j < (two_cols ? 2 : 1); ++j) {
+                    float* p = plane + ((y0 + k) * g.w + x0 + j) * W;
+                    store(p, accumulate ? load(p) + y[j] : y[j]);
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 extern const BlockedKernel kBlockedKernel;
-const BlockedKernel kBlockedKernel = {SD_BLOCKED_STR(SD_ISA), W, moments, scale_shift, upsample2x};
+const BlockedKernel kBlockedKernel = {
+    SD_BLOCKED_STR(SD_ISA), W, moments, scale_shift, upsample2x, winograd_weights, winograd_input, winograd_output};
 
 }  // namespace sd::kernels::SD_ISA

@@ -370,8 +370,9 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     }
     if (p.prepack) p.unet.activations += rows * hw * 4.0 * kUnetPrepackPerChannel * m.model_channels;
     for (int level = 0; level < p.winograd_levels && level < static_cast<int>(m.unet_winograd_bytes.size()); ++level) {
-        p.unet.weights += m.unet_winograd_bytes[static_cast<size_t>(level)];
-        p.unet.load += m.unet_winograd_bytes[static_cast<size_t>(level)];
+        const double bytes = m.unet_winograd_bytes[static_cast<size_t>(level)] * r.winograd_floats / 36.0;
+        p.unet.weights += bytes;
+        p.unet.load += bytes;
     }
     p.unet.beside_scores = p.unet.activations;
     p.unet.working_set = kUnetWorkingSet * p.unet.activations + kUnetWorkingSetPerScore * p.unet.scores;

@@ -31,6 +31,9 @@ struct MemoryRequest {
     // on this CPU), unset: on when it fits.
     std::optional<bool> winograd;
     std::optional<int> winograd_levels;  // a UNet already loaded holds these levels' slots
+    // Floats a 3x3 weight's 9 take in Winograd form: 36 in oneDNN's F(4x4, 3x3) (AVX-512),
+    // 16 in the own F(2x2, 3x3) (AVX2).
+    double winograd_floats = 36;
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
     double text_lora_bytes = 0, unet_lora_bytes = 0;
     bool encode = false;  // the batch runs the VAE encoder on a height x width picture
@@ -47,8 +50,9 @@ struct MemoryModel {
     double unet_skip_floats = 0;  // floats per latent pixel held in the UNet's skip list, per row
     double unet_largest_conv_bytes = 0;
     // Per UNet level, its width (channel_mult x model_channels) and the bytes its 3x3
-    // convolutions' weights take in Winograd form (F(4x4, 3x3): 36 floats for 9), for
-    // the levels a plan may give them (kWinogradLevels).
+    // convolutions' weights take in Winograd form at 36 floats for 9 (F(4x4, 3x3);
+    // MemoryRequest::winograd_floats scales it), for the levels a plan may give them
+    // (kWinogradLevels).
     std::vector<int> unet_level_channels;
     std::vector<double> unet_winograd_bytes;
     int attn_level = 0;  // finest UNet level with attention (-1: none)

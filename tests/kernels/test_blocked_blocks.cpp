@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/script.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -209,111 +210,227 @@ TEST(BlockedBlocks, BadInputsAreRefusedNotMisread) {
 // transformed again, so the result is the one a slot made for that size gives, bit
 // for bit: never dependent on the sizes run before (a hires pass equals a separate
 // img2img run).
+sd::kernels::ConvShape conv3x3_shape(int64_t n, int64_t ic, int64_t oc, int64_t h, int64_t w, int64_t block) {
+    sd::kernels::ConvShape s;
+    s.n = n, s.ic = ic, s.oc = oc, s.ih = h, s.iw = w, s.kh = s.kw = 3;
+    s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+    s.block = static_cast<int>(block);
+    return s;
+}
+
+// The blocks this CPU has Winograd convolutions for: oneDNN's (16, AVX-512) and the own F(2x2, 3x3) (8, AVX2).
+std::vector<int64_t> winograd_blocks_here() {
+    std::vector<int64_t> out;
+    for (const int64_t block : blocks_here())
+        if (sd::kernels::winograd_runs(conv3x3_shape(1, 32, 32, 8, 8, block))) out.push_back(block);
+    return out;
+}
+
 TEST(BlockedBlocks, WinogradConvolutionsMatchTheDirectOnes) {
-    if (!sd::winograd_available()) GTEST_SKIP() << "no Winograd convolutions on this CPU or build";
+    if (winograd_blocks_here().empty()) GTEST_SKIP() << "no Winograd convolutions on this CPU or build";
     at::manual_seed(4);
     c10::InferenceMode guard;
-    constexpr int64_t block = 16;
     struct Case {
         int64_t n, ic, oc, h, w;
     };
-    auto shape = [](int64_t n, int64_t ic, int64_t oc, int64_t h, int64_t w) {
-        sd::kernels::ConvShape s;
-        s.n = n, s.ic = ic, s.oc = oc, s.ih = h, s.iw = w, s.kh = s.kw = 3;
-        s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
-        return s;
-    };
-    for (const Case& c : std::vector<Case>{{2, 40, 24, 7, 9}, {1, 32, 32, 8, 8}, {1, 320, 320, 16, 12},
-                                           {2, 64, 32, 9, 5}, {1, 16, 48, 1, 1}}) {
-        const std::string where = std::to_string(c.n) + "x" + std::to_string(c.ic) + "->" + std::to_string(c.oc) +
-                                  " " + std::to_string(c.h) + "x" + std::to_string(c.w);
-        const auto w = at::randn({c.oc, c.ic, 3, 3}) / std::sqrt(9.0 * c.ic);
-        const auto b = 0.1 * at::randn({c.oc});
-        const auto made_for = shape(c.n, c.ic, c.oc, c.h, c.w);
-        auto packed = sd::pack_conv_weight(w, block, {c.n, c.h, c.w});
-        ASSERT_EQ(sd::has_winograd_form(packed, c.oc, c.ic, 3, block), sd::kernels::winograd_runs(made_for)) << where;
-        if (!sd::has_winograd_form(packed, c.oc, c.ic, 3, block)) continue;
-        const int64_t direct = sd::kernels::packed_conv_weight_floats(c.oc, c.ic, 3, 3, block);
-        float* slot = packed.data_ptr<float>() + direct;
-        const int64_t slot_floats = packed.numel() - direct;
-        ASSERT_TRUE(sd::kernels::winograd_slot_fits(slot, slot_floats, made_for)) << where;
+    for (const int64_t block : winograd_blocks_here()) {
+        for (const Case& c : std::vector<Case>{{2, 40, 24, 7, 9},
+                                               {1, 32, 32, 8, 8},
+                                               {1, 320, 320, 16, 12},
+                                               {2, 64, 32, 9, 5},
+                                               {1, 16, 48, 1, 1},
+                                               {1, 12, 20, 2, 3}}) {
+            auto shape = [block](int64_t n, int64_t ic, int64_t oc, int64_t h, int64_t w) {
+                return conv3x3_shape(n, ic, oc, h, w, block);
+            };
+            const std::string where = "block " + std::to_string(block) + ", " + std::to_string(c.n) + "x" +
+                                      std::to_string(c.ic) + "->" + std::to_string(c.oc) + " " + std::to_string(c.h) +
+                                      "x" + std::to_string(c.w);
+            const auto w = at::randn({c.oc, c.ic, 3, 3}) / std::sqrt(9.0 * c.ic);
+            const auto b = 0.1 * at::randn({c.oc});
+            const auto made_for = shape(c.n, c.ic, c.oc, c.h, c.w);
+            auto packed = sd::pack_conv_weight(w, block, {c.n, c.h, c.w});
+            ASSERT_EQ(sd::has_winograd_form(packed, c.oc, c.ic, 3, block), sd::kernels::winograd_runs(made_for))
+                << where;
+            if (!sd::has_winograd_form(packed, c.oc, c.ic, 3, block)) continue;
+            const int64_t direct = sd::kernels::packed_conv_weight_floats(c.oc, c.ic, 3, 3, block);
+            float* slot = packed.data_ptr<float>() + direct;
+            const int64_t slot_floats = packed.numel() - direct;
+            ASSERT_TRUE(sd::kernels::winograd_slot_fits(slot, slot_floats, made_for)) << where;
 
-        auto run = [&](const sd::kernels::ConvShape& size, const at::Tensor& weights, const at::Tensor& x,
-                       const at::Tensor& residual, bool with_bias, bool accumulate, bool* used) {
-            auto dst = accumulate ? sd::plain_to_blocked(residual, block)
-                                  : at::zeros({size.n, (c.oc + block - 1) / block, size.ih, size.iw, block});
-            const auto xb = sd::plain_to_blocked(x, block);
-            float* ws = weights.data_ptr<float>();
-            *used = sd::kernels::conv_blocked(size, xb.data_ptr<float>(), ws, ws + direct, weights.numel() - direct,
-                                              with_bias ? b.data_ptr<float>() : nullptr, dst.data_ptr<float>(),
-                                              accumulate);
-            return sd::blocked_to_plain(dst).narrow(1, 0, c.oc).clone();
-        };
-        const auto other = shape(c.n + 1, c.ic, c.oc, c.h + 3, c.w);
-        for (const auto& size : {made_for, other, made_for}) {
-            const bool is_made_for = size.n == made_for.n && size.ih == made_for.ih;
-            const std::string at = where + (is_made_for ? " at its size" : " at another size");
-            const auto x = at::randn({size.n, c.ic, size.ih, size.iw});
-            const auto want = at::conv2d(x, w, b, at::IntArrayRef{1}, at::IntArrayRef{1});
-            const auto residual = at::randn_like(want);
-            // The same call with a slot made for this size from the start.
-            const auto fresh = sd::pack_conv_weight(w, block, {size.n, size.ih, size.iw});
-            for (const bool with_bias : {true, false}) {
-                for (const bool accumulate : {false, true}) {
-                    const std::string what = at + (with_bias ? ", bias" : "") + (accumulate ? ", sum" : "");
-                    bool used = false, used_fresh = false;
-                    const auto got = run(size, packed, x, residual, with_bias, accumulate, &used);
-                    // Bias and no sum: the layout the slot is made in, so the slot runs wherever oneDNN has Winograd.
-                    if (with_bias && !accumulate) EXPECT_EQ(used, sd::kernels::winograd_runs(size)) << what;
-                    auto expect = with_bias ? want : want - b.view({1, -1, 1, 1});
-                    if (accumulate) expect = expect + residual;
-                    EXPECT_LE(rel_diff(got, expect), kTolerance) << what;
-                    if (sd::has_winograd_form(fresh, c.oc, c.ic, 3, block)) {
-                        EXPECT_TRUE(at::equal(got, run(size, fresh, x, residual, with_bias, accumulate, &used_fresh)))
-                            << what << ": differs from a slot made for this size";
-                        EXPECT_EQ(used, used_fresh) << what;
+            auto run = [&](const sd::kernels::ConvShape& size, const at::Tensor& weights, const at::Tensor& x,
+                           const at::Tensor& residual, bool with_bias, bool accumulate, bool* used) {
+                auto dst = accumulate ? sd::plain_to_blocked(residual, block)
+                                      : at::zeros({size.n, (c.oc + block - 1) / block, size.ih, size.iw, block});
+                const auto xb = sd::plain_to_blocked(x, block);
+                float* ws = weights.data_ptr<float>();
+                *used = sd::kernels::conv_blocked(size, xb.data_ptr<float>(), ws, ws + direct, weights.numel() - direct,
+                                                  with_bias ? b.data_ptr<float>() : nullptr, dst.data_ptr<float>(),
+                                                  accumulate);
+                return sd::blocked_to_plain(dst).narrow(1, 0, c.oc).clone();
+            };
+            const auto other = shape(c.n + 1, c.ic, c.oc, c.h + 3, c.w);
+            for (const auto& size : {made_for, other, made_for}) {
+                const bool is_made_for = size.n == made_for.n && size.ih == made_for.ih;
+                const std::string at = where + (is_made_for ? " at its size" : " at another size");
+                const auto x = at::randn({size.n, c.ic, size.ih, size.iw});
+                const auto want = at::conv2d(x, w, b, at::IntArrayRef{1}, at::IntArrayRef{1});
+                const auto residual = at::randn_like(want);
+                // The same call with a slot made for this size from the start.
+                const auto fresh = sd::pack_conv_weight(w, block, {size.n, size.ih, size.iw});
+                for (const bool with_bias : {true, false}) {
+                    for (const bool accumulate : {false, true}) {
+                        const std::string what = at + (with_bias ? ", bias" : "") + (accumulate ? ", sum" : "");
+                        bool used = false, used_fresh = false;
+                        const auto got = run(size, packed, x, residual, with_bias, accumulate, &used);
+                        // Bias and no sum: the layout the slot is made in, so the slot runs wherever oneDNN has
+                        // Winograd.
+                        if (with_bias && !accumulate) EXPECT_EQ(used, sd::kernels::winograd_runs(size)) << what;
+                        auto expect = with_bias ? want : want - b.view({1, -1, 1, 1});
+                        if (accumulate) expect = expect + residual;
+                        EXPECT_LE(rel_diff(got, expect), kTolerance) << what;
+                        if (sd::has_winograd_form(fresh, c.oc, c.ic, 3, block)) {
+                            EXPECT_TRUE(
+                                at::equal(got, run(size, fresh, x, residual, with_bias, accumulate, &used_fresh)))
+                                << what << ": differs from a slot made for this size";
+                            EXPECT_EQ(used, used_fresh) << what;
+                        }
                     }
                 }
+                EXPECT_TRUE(sd::kernels::winograd_slot_fits(slot, slot_floats, made_for)) << at;
             }
-            EXPECT_TRUE(sd::kernels::winograd_slot_fits(slot, slot_floats, made_for)) << at;
+            // A ResBlock whose convolutions carry Winograd slots gives the plain operations' result.
+            const auto blk = make_block(c.ic, c.oc, std::gcd(std::gcd(c.ic, c.oc), int64_t{8}), 1e-5, true);
+            const auto x = at::randn({c.n, c.ic, c.h, c.w});
+            const auto emb = at::randn({c.n, c.oc});
+            const sd::WinogradSize size{c.n, c.h, c.w};
+            c10::optional<at::Tensor> sw =
+                blk.sw.defined() ? c10::optional<at::Tensor>(sd::pack_conv_weight(blk.sw, block)) : c10::nullopt;
+            c10::optional<at::Tensor> sb = blk.sb.defined() ? c10::optional<at::Tensor>(blk.sb) : c10::nullopt;
+            const auto got =
+                sd::blocked_resblock(x, emb, blk.n1w, blk.n1b, blk.eps, sd::pack_conv_weight(blk.c1w, block, size),
+                                     blk.c1b, blk.n2w, blk.n2b, blk.eps, sd::pack_conv_weight(blk.c2w, block, size),
+                                     blk.c2b, sw, sb, blk.groups, blk.in, blk.out, block, true);
+            EXPECT_LE(rel_diff(got, reference_resblock(blk, x, emb)), kTolerance) << where << " ResBlock";
         }
-        // A ResBlock whose convolutions carry Winograd slots gives the plain operations' result.
-        const auto blk = make_block(c.ic, c.oc, 8, 1e-5, true);
-        const auto x = at::randn({c.n, c.ic, c.h, c.w});
-        const auto emb = at::randn({c.n, c.oc});
-        const sd::WinogradSize size{c.n, c.h, c.w};
-        c10::optional<at::Tensor> sw = blk.sw.defined() ? c10::optional<at::Tensor>(sd::pack_conv_weight(blk.sw, block))
-                                                        : c10::nullopt;
-        c10::optional<at::Tensor> sb = blk.sb.defined() ? c10::optional<at::Tensor>(blk.sb) : c10::nullopt;
-        const auto got = sd::blocked_resblock(x, emb, blk.n1w, blk.n1b, blk.eps, sd::pack_conv_weight(blk.c1w, block, size),
-                                              blk.c1b, blk.n2w, blk.n2b, blk.eps,
-                                              sd::pack_conv_weight(blk.c2w, block, size), blk.c2b, sw, sb, blk.groups,
-                                              blk.in, blk.out, block, true);
-        EXPECT_LE(rel_diff(got, reference_resblock(blk, x, emb)), kTolerance) << where << " ResBlock";
     }
 }
 
+// The per-call form (the VAE's: a slot of a header only, the own F(2x2, 3x3) route's
+// weights made on each call): the direct convolution's result within float rounding
+// where it runs, with or without bias and residual sum, odd sizes and channel counts
+// that are not a multiple of the block included; a small image runs the direct
+// convolution, bit for bit. A VAE ResnetBlock and Upsample carrying such weights give
+// the plain operations' result.
+TEST(BlockedBlocks, PerCallWinogradMatchesTheDirectConvolution) {
+    at::manual_seed(5);
+    c10::InferenceMode guard;
+    int ran = 0;
+    for (const int64_t block : blocks_here()) {
+        if (sd::kernels::per_call_winograd_slot_floats(static_cast<int>(block)) == 0) continue;
+        struct Case {
+            int64_t n, ic, oc, h, w;
+        };
+        for (const Case& c :
+             std::vector<Case>{{1, 40, 24, 33, 35}, {2, 32, 32, 24, 24}, {1, 16, 48, 64, 8}, {1, 32, 32, 6, 6}}) {
+            const std::string where = "block " + std::to_string(block) + ", " + std::to_string(c.n) + "x" +
+                                      std::to_string(c.ic) + "->" + std::to_string(c.oc) + " " + std::to_string(c.h) +
+                                      "x" + std::to_string(c.w);
+            const auto s = conv3x3_shape(c.n, c.ic, c.oc, c.h, c.w, block);
+            const auto w = at::randn({c.oc, c.ic, 3, 3}) / std::sqrt(9.0 * c.ic);
+            const auto b = 0.1 * at::randn({c.oc});
+            sd::WinogradSize per_call;
+            per_call.per_call = true;
+            const auto packed = sd::pack_conv_weight(w, block, per_call);
+            ASSERT_TRUE(sd::has_winograd_form(packed, c.oc, c.ic, 3, block)) << where;
+            const auto plain = sd::pack_conv_weight(w, block);
+            const int64_t direct = plain.numel();
+            ASSERT_EQ(packed.numel(), direct + sd::kernels::per_call_winograd_slot_floats(static_cast<int>(block)));
+            ASSERT_TRUE(sd::kernels::winograd_slot_fits(packed.data_ptr<float>() + direct, packed.numel() - direct, s))
+                << where;
+            const auto x = at::randn({c.n, c.ic, c.h, c.w});
+            const auto xb = sd::plain_to_blocked(x, block);
+            const auto want = at::conv2d(x, w, b, at::IntArrayRef{1}, at::IntArrayRef{1});
+            const auto residual = at::randn_like(want);
+            for (const bool with_bias : {true, false}) {
+                for (const bool accumulate : {false, true}) {
+                    const std::string what = where + (with_bias ? ", bias" : "") + (accumulate ? ", sum" : "");
+                    auto run = [&](const at::Tensor& weights, bool* used) {
+                        auto dst = accumulate ? sd::plain_to_blocked(residual, block)
+                                              : at::zeros({c.n, (c.oc + block - 1) / block, c.h, c.w, block});
+                        float* ws = weights.data_ptr<float>();
+                        const bool slot = weights.numel() > direct;
+                        *used = sd::kernels::conv_blocked(s, xb.data_ptr<float>(), ws, slot ? ws + direct : nullptr,
+                                                          slot ? weights.numel() - direct : 0,
+                                                          with_bias ? b.data_ptr<float>() : nullptr,
+                                                          dst.data_ptr<float>(), accumulate);
+                        return sd::blocked_to_plain(dst).narrow(1, 0, c.oc).clone();
+                    };
+                    bool used = false, used_direct = false;
+                    const auto got = run(packed, &used);
+                    const auto direct_result = run(plain, &used_direct);
+                    EXPECT_FALSE(used_direct) << what;
+                    auto expect = with_bias ? want : want - b.view({1, -1, 1, 1});
+                    if (accumulate) expect = expect + residual;
+                    EXPECT_LE(rel_diff(got, expect), kTolerance) << what;
+                    if (used) {
+                        ++ran;
+                        EXPECT_FALSE(at::equal(got, direct_result)) << what << ": the direct convolution ran";
+                    } else {
+                        EXPECT_TRUE(at::equal(got, direct_result)) << what;
+                    }
+                }
+            }
+            // The small image runs directly; the large ones by Winograd.
+            if (c.h * c.w * c.n >= 1024) EXPECT_GT(ran, 0) << where;
+        }
+        // VAE-like blocks holding per-call weights, at a size where the route runs.
+        const auto blk = make_block(64, 32, 32, 1e-6, false);
+        const auto x = at::randn({1, 64, 40, 36});
+        auto per_call = [&](const at::Tensor& t) {
+            sd::WinogradSize pc;
+            pc.per_call = true;
+            return sd::pack_conv_weight(t, block, pc);
+        };
+        const auto got =
+            sd::blocked_resblock(x, c10::nullopt, blk.n1w, blk.n1b, blk.eps, per_call(blk.c1w), blk.c1b, blk.n2w,
+                                 blk.n2b, blk.eps, per_call(blk.c2w), blk.c2b, sd::pack_conv_weight(blk.sw, block),
+                                 blk.sb, blk.groups, blk.in, blk.out, block, true);
+        EXPECT_LE(rel_diff(got, reference_resblock(blk, x, at::Tensor())), kTolerance) << "block " << block;
+        const auto uw = at::randn({32, 32, 3, 3}) / std::sqrt(9.0 * 32);
+        const auto ub = 0.1 * at::randn({32});
+        const auto ux = at::randn({1, 32, 20, 18});
+        const auto up_want =
+            at::conv2d(at::upsample_nearest2d(ux, {40, 36}), uw, ub, at::IntArrayRef{1}, at::IntArrayRef{1});
+        EXPECT_LE(rel_diff(sd::blocked_upsample(ux, per_call(uw), ub, 32, block, true), up_want), kTolerance)
+            << "block " << block;
+    }
+    if (ran == 0) GTEST_SKIP() << "no own Winograd route on this CPU";
+}
+
 TEST(BlockedBlocks, WinogradSlotsOfAnotherLayerAreRefused) {
-    if (!sd::winograd_available()) GTEST_SKIP() << "no Winograd convolutions on this CPU or build";
-    constexpr int64_t block = 16;
-    const auto w = at::randn({32, 32, 3, 3});
-    const auto packed = sd::pack_conv_weight(w, block, {1, 8, 8});
-    ASSERT_TRUE(sd::has_winograd_form(packed, 32, 32, 3, block));
-    const int64_t direct = sd::kernels::packed_conv_weight_floats(32, 32, 3, 3, block);
-    const float* slot = packed.data_ptr<float>() + direct;
-    const int64_t floats = packed.numel() - direct;
-    sd::kernels::ConvShape s;
-    s.n = 1, s.ic = s.oc = 32, s.ih = s.iw = 8, s.kh = s.kw = 3;
-    s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
-    EXPECT_TRUE(sd::kernels::winograd_slot_fits(slot, floats, s));
-    EXPECT_FALSE(sd::kernels::winograd_slot_fits(slot, floats - 1, s));  // cut short
-    auto other = s;
-    other.oc = 48;
-    EXPECT_FALSE(sd::kernels::winograd_slot_fits(slot, floats, other));
-    const auto garbage = at::randn({floats});
-    EXPECT_FALSE(sd::kernels::winograd_slot_fits(garbage.data_ptr<float>(), floats, s));
-    // The operators check the same before reading: a weight with 16 floats more than its layer's.
-    const auto x = at::randn({1, 32, 8, 8});
-    EXPECT_THROW(sd::blocked_upsample(x, at::cat({packed, at::zeros({16})}), c10::nullopt, 32, block, true),
-                 c10::Error);
+    if (winograd_blocks_here().empty()) GTEST_SKIP() << "no Winograd convolutions on this CPU or build";
+    for (const int64_t block : winograd_blocks_here()) {
+        const auto w = at::randn({32, 32, 3, 3});
+        const auto packed = sd::pack_conv_weight(w, block, {1, 8, 8});
+        ASSERT_TRUE(sd::has_winograd_form(packed, 32, 32, 3, block));
+        const int64_t direct = sd::kernels::packed_conv_weight_floats(32, 32, 3, 3, block);
+        const float* slot = packed.data_ptr<float>() + direct;
+        const int64_t floats = packed.numel() - direct;
+        sd::kernels::ConvShape s;
+        s.n = 1, s.ic = s.oc = 32, s.ih = s.iw = 8, s.kh = s.kw = 3;
+        s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+        s.block = static_cast<int>(block);
+        EXPECT_TRUE(sd::kernels::winograd_slot_fits(slot, floats, s));
+        EXPECT_FALSE(sd::kernels::winograd_slot_fits(slot, floats - 1, s));  // cut short
+        auto other = s;
+        other.oc = 48;
+        EXPECT_FALSE(sd::kernels::winograd_slot_fits(slot, floats, other));
+        const auto garbage = at::randn({floats});
+        EXPECT_FALSE(sd::kernels::winograd_slot_fits(garbage.data_ptr<float>(), floats, s));
+        // The operators check the same before reading: a weight with 16 floats more than its layer's.
+        const auto x = at::randn({1, 32, 8, 8});
+        EXPECT_THROW(sd::blocked_upsample(x, at::cat({packed, at::zeros({16})}), c10::nullopt, 32, block, true),
+                     c10::Error);
+    }
 }
