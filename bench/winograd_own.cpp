@@ -75,36 +75,40 @@ int main(int argc, char** argv) {
         sd::kernels::ConvShape s;
         s.n = c.n, s.ic = c.ic, s.oc = c.oc, s.ih = s.iw = c.h, s.kh = s.kw = 3, s.block = static_cast<int>(block);
         s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
-        const int64_t direct = sd::kernels::packed_conv_weight_floats(c.oc, c.ic, 3, 3, static_cast<int>(block));
-        // direct weights, then the slot of each form (empty where the form does not apply here)
+        // The direct weight alone; the resident form (block 8: the slot alone; block 16: oneDNN's
+        // slot after the direct weight); the direct weight and a per-call slot.
+        const auto plain = sd::pack_conv_weight(w, block);
+        const int64_t direct = plain.numel();
         const auto resident = sd::pack_conv_weight(w, block, {c.n, c.h, c.h});
+        const int64_t resident_direct = block == 8 ? 0 : direct;
         auto per_call = at::empty({direct + sd::kernels::per_call_winograd_slot_floats(static_cast<int>(block))});
-        per_call.narrow(0, 0, direct).copy_(resident.narrow(0, 0, direct));
+        per_call.narrow(0, 0, direct).copy_(plain);
         const bool has_per_call = per_call.numel() > direct &&
                                   sd::kernels::make_per_call_winograd_slot(s, per_call.data_ptr<float>() + direct);
         auto y_direct = at::empty({c.n, (c.oc + block - 1) / block, c.h, c.h, block});
-        auto run = [&](const at::Tensor& weights, bool slot, at::Tensor& y) {
+        // `at`: where the weight's slot starts (0: no direct weight before it)
+        auto run = [&](const at::Tensor& weights, int64_t at, bool slot, at::Tensor& y) {
             float* wp = weights.data_ptr<float>();
-            return sd::kernels::conv_blocked(s, x.data_ptr<float>(), wp, slot ? wp + direct : nullptr,
-                                             slot ? weights.numel() - direct : 0, b.data_ptr<float>(),
-                                             y.data_ptr<float>(), false);
+            return sd::kernels::conv_blocked(s, x.data_ptr<float>(), at ? wp : nullptr, slot ? wp + at : nullptr,
+                                             slot ? weights.numel() - at : 0, b.data_ptr<float>(), y.data_ptr<float>(),
+                                             false);
         };
-        const double t_direct = best_seconds([&] { run(resident, false, y_direct); }, 3);
+        const double t_direct = best_seconds([&] { run(plain, direct, false, y_direct); }, 3);
         const double gflop = 2.0 * c.n * c.h * c.h * c.oc * c.ic * 9 / 1e9;
-        auto column = [&](const at::Tensor& weights, bool present) -> std::string {
+        auto column = [&](const at::Tensor& weights, int64_t at, bool present) -> std::string {
             if (!present) return "-";
             auto y = at::empty_like(y_direct);
-            if (!run(weights, true, y)) return "- (direct ran)";
-            const double t = best_seconds([&] { run(weights, true, y); }, 3);
+            if (!run(weights, at, true, y)) return "- (direct ran)";
+            const double t = best_seconds([&] { run(weights, at, true, y); }, 3);
             const double diff = ((y - y_direct).abs().max() / y_direct.abs().max()).item<double>();
             char text[96];
             std::snprintf(text, sizeof text, "%.0f (%.2fx), %.1e", gflop / t, t_direct / t, diff);
             return text;
         };
-        const bool has_resident = resident.numel() > direct;
-        const std::string own_resident = column(resident, has_resident && block == 8);
-        const std::string own_per_call = column(per_call, has_per_call);
-        const std::string onednn = column(resident, has_resident && block == 16);
+        const bool has_resident = resident.numel() != direct;
+        const std::string own_resident = column(resident, resident_direct, has_resident && block == 8);
+        const std::string own_per_call = column(per_call, direct, has_per_call);
+        const std::string onednn = column(resident, resident_direct, has_resident && block == 16);
         std::printf("| %s | %.0f | %s | %s | %s |\n", c.where, gflop / t_direct, own_resident.c_str(),
                     own_per_call.c_str(), onednn.c_str());
         std::fflush(stdout);

@@ -57,8 +57,8 @@ struct MemoryPlan {
     bool prepack = false;
     // With prepack: the 3x3 convolutions of the UNet's first `winograd_levels`
     // levels also held in Winograd form (AVX-512: oneDNN's, for this plan's size,
-    // 2-3x faster, 4x their weights; AVX2: the own route's, 1.6-1.9x, 16/9); and a
-    // TAESD's, where this is not 0.
+    // 2-3x faster, 4x their weights beside them; AVX2: the own route's, 1.6-1.9x,
+    // 16/9 of their weights in their place); and a TAESD's, where this is not 0.
     int winograd_levels = 0;
     std::string compute;  // "fp32 on cpu, weights held in fp32": the pipeline's ComputeChoice, for describe()
     // Freed bytes the allocator may keep for reuse (block_cache.h): what 90%

@@ -68,12 +68,21 @@ struct ConvWeight {
 ConvWeight conv_weight(const at::Tensor& w, const kernels::ConvShape& s) {
     check_float_cpu(w, "a convolution weight");
     ConvWeight out;
+    const int64_t direct = kernels::packed_conv_weight_floats(s.oc, s.ic, s.kh, s.kw, s.block);
+    if (w.dim() == 1 && s.block == 8 && w.numel() == kernels::winograd_slot_floats(s.oc, s.ic, s.block)) {
+        // the own route's resident form alone: it replaced the direct weight (never read again)
+        out.keep = w.contiguous();
+        out.winograd = out.keep.data_ptr<float>();
+        out.winograd_floats = w.numel();
+        TORCH_CHECK(kernels::winograd_slot_fits(out.winograd, out.winograd_floats, s),
+                    "sd_blocked: a packed convolution weight has the wrong size");
+        return out;
+    }
     if (w.dim() == 4) {
         TORCH_CHECK(w.size(0) == s.oc && w.size(1) == s.ic && w.size(2) == s.kh && w.size(3) == s.kw,
                     "sd_blocked: a convolution weight has the wrong shape");
         out.keep = pack_conv_weight(w, s.block);
     } else {
-        const int64_t direct = kernels::packed_conv_weight_floats(s.oc, s.ic, s.kh, s.kw, s.block);
         TORCH_CHECK(w.dim() == 1 && w.numel() >= direct, "sd_blocked: a packed convolution weight has the wrong size");
         out.keep = w.contiguous();  // the module's own tensor: a slot transformed again stays so
         if (w.numel() > direct) {
@@ -223,6 +232,8 @@ at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSi
                                         : kernels::make_winograd_slot(p.data_ptr<float>(), s, slot_at, slot);
     // No Winograd convolution at the size planned for: the direct weight alone.
     if (!made) return p.narrow(0, 0, direct).clone();
+    // The own route's resident form is read at every size, so the direct weight goes.
+    if (!winograd.per_call && block == 8) return p.narrow(0, direct, slot).clone();
     return p;
 }
 
@@ -236,7 +247,7 @@ bool winograd_available() {
     return kernels::winograd_runs(probe);
 }
 
-double winograd_weight_floats() { return blocked_route_block() == 8 ? 16.0 : 36.0; }
+double winograd_weight_floats() { return blocked_route_block() == 8 ? 16.0 - 9.0 : 36.0; }
 
 bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block) {
     return packed.dim() == 1 &&

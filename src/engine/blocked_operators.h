@@ -62,14 +62,16 @@ struct WinogradSize {
 // followed, for a 3x3 weight and a WinogradSize where a Winograd convolution runs, by
 // a Winograd slot (kernels::make_winograd_slot) holding its weights transformed: for
 // oneDNN's (block 16) for that size, transformed again, in place, when the layer runs
-// at another size, so that results never depend on the sizes run before; the own
-// route's (block 8) are the same at every size.
+// at another size, so that results never depend on the sizes run before. The own
+// route's (block 8) are the same at every size and never need the direct weight: the
+// slot alone is returned.
 at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSize& winograd = {});
 // Whether the blocked route runs Winograd convolutions here: oneDNN's F(4x4, 3x3) on
 // AVX-512, the own F(2x2, 3x3) on AVX2 (DNNL_MAX_CPU_ISA=AVX2, SD_BLOCKED_ISA=avx2 or an
 // AVX2 CPU); none on the plain route.
 bool winograd_available();
-// Floats a 3x3 weight's 9 take in that Winograd form (36 or 16; memory::MemoryRequest).
+// Floats a 3x3 weight's 9 add in that Winograd form (memory::MemoryRequest): 36 beside
+// the direct ones (oneDNN's), or 16 - 9 = 7 in their place (the own route's).
 double winograd_weight_floats();
 // Whether a weight pack_conv_weight returned carries a Winograd slot.
 bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block);

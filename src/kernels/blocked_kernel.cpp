@@ -403,6 +403,7 @@ bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weig
             return true;
         }
     }
+    if (!packed_weights) throw std::invalid_argument("conv_blocked: no direct weight, and no Winograd form for it");
     auto& eng = cpu_engine();
     const dnnl::memory::desc sd({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc dd({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));

@@ -70,10 +70,13 @@ struct ConvShape {
     int64_t oh() const { return (ih + pad_top + pad_bottom - kh) / stride + 1; }
     int64_t ow() const { return (iw + pad_left + pad_right - kw) / stride + 1; }
 };
-// winograd: null, or a slot make_winograd_slot made for this layer. Where oneDNN has a
-// Winograd convolution for s, the slot's weights are used, transformed for s first
-// if they were made for another size (so a result depends on s alone, never on the
-// sizes run before); elsewhere the direct weights are. Returns whether the slot was used.
+// winograd: null, or a slot make_winograd_slot or make_per_call_winograd_slot made
+// for this layer. Block 16: where oneDNN has a Winograd convolution for s, the slot's
+// weights are used, transformed for s first if they were made for another size (so a
+// result depends on s alone, never on the sizes run before); elsewhere the direct
+// weights are. Block 8: the own route, at every size; packed_weights may then be null
+// (std::invalid_argument where it would be read). A per-call slot: the own route where
+// the call is large enough. Returns whether a Winograd convolution ran.
 bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weights, float* winograd,
                   int64_t winograd_floats, const float* bias, float* dst, bool accumulate);
 

@@ -31,8 +31,9 @@ struct MemoryRequest {
     // on this CPU), unset: on when it fits.
     std::optional<bool> winograd;
     std::optional<int> winograd_levels;  // a UNet already loaded holds these levels' slots
-    // Floats a 3x3 weight's 9 take in Winograd form: 36 in oneDNN's F(4x4, 3x3) (AVX-512),
-    // 16 in the own F(2x2, 3x3) (AVX2).
+    // Floats a 3x3 weight's 9 add in Winograd form: 36 in oneDNN's F(4x4, 3x3) (AVX-512),
+    // held beside the direct weight; 16 - 9 = 7 in the own F(2x2, 3x3) (AVX2), which
+    // replaces it.
     double winograd_floats = 36;
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
     double text_lora_bytes = 0, unet_lora_bytes = 0;

@@ -218,6 +218,13 @@ sd::kernels::ConvShape conv3x3_shape(int64_t n, int64_t ic, int64_t oc, int64_t 
     return s;
 }
 
+// Where a packed weight's Winograd slot starts: after the direct weight, or at 0 where
+// the slot replaced it (the own route's resident form, block 8).
+int64_t slot_offset(const at::Tensor& packed, int64_t oc, int64_t ic, int64_t block) {
+    if (packed.numel() == sd::kernels::winograd_slot_floats(oc, ic, static_cast<int>(block))) return 0;
+    return sd::kernels::packed_conv_weight_floats(oc, ic, 3, 3, static_cast<int>(block));
+}
+
 // The blocks this CPU has Winograd convolutions for: oneDNN's (16, AVX-512) and the own F(2x2, 3x3) (8, AVX2).
 std::vector<int64_t> winograd_blocks_here() {
     std::vector<int64_t> out;
@@ -253,7 +260,9 @@ TEST(BlockedBlocks, WinogradConvolutionsMatchTheDirectOnes) {
             ASSERT_EQ(sd::has_winograd_form(packed, c.oc, c.ic, 3, block), sd::kernels::winograd_runs(made_for))
                 << where;
             if (!sd::has_winograd_form(packed, c.oc, c.ic, 3, block)) continue;
-            const int64_t direct = sd::kernels::packed_conv_weight_floats(c.oc, c.ic, 3, 3, block);
+            const int64_t direct = slot_offset(packed, c.oc, c.ic, block);
+            // The own route never reads the direct weight again: its slot replaces it.
+            EXPECT_EQ(direct == 0, block == 8) << where;
             float* slot = packed.data_ptr<float>() + direct;
             const int64_t slot_floats = packed.numel() - direct;
             ASSERT_TRUE(sd::kernels::winograd_slot_fits(slot, slot_floats, made_for)) << where;
@@ -264,9 +273,9 @@ TEST(BlockedBlocks, WinogradConvolutionsMatchTheDirectOnes) {
                                       : at::zeros({size.n, (c.oc + block - 1) / block, size.ih, size.iw, block});
                 const auto xb = sd::plain_to_blocked(x, block);
                 float* ws = weights.data_ptr<float>();
-                *used = sd::kernels::conv_blocked(size, xb.data_ptr<float>(), ws, ws + direct, weights.numel() - direct,
-                                                  with_bias ? b.data_ptr<float>() : nullptr, dst.data_ptr<float>(),
-                                                  accumulate);
+                *used = sd::kernels::conv_blocked(size, xb.data_ptr<float>(), direct ? ws : nullptr, ws + direct,
+                                                  weights.numel() - direct, with_bias ? b.data_ptr<float>() : nullptr,
+                                                  dst.data_ptr<float>(), accumulate);
                 return sd::blocked_to_plain(dst).narrow(1, 0, c.oc).clone();
             };
             const auto other = shape(c.n + 1, c.ic, c.oc, c.h + 3, c.w);
@@ -414,7 +423,7 @@ TEST(BlockedBlocks, WinogradSlotsOfAnotherLayerAreRefused) {
         const auto w = at::randn({32, 32, 3, 3});
         const auto packed = sd::pack_conv_weight(w, block, {1, 8, 8});
         ASSERT_TRUE(sd::has_winograd_form(packed, 32, 32, 3, block));
-        const int64_t direct = sd::kernels::packed_conv_weight_floats(32, 32, 3, 3, block);
+        const int64_t direct = slot_offset(packed, 32, 32, block);
         const float* slot = packed.data_ptr<float>() + direct;
         const int64_t floats = packed.numel() - direct;
         sd::kernels::ConvShape s;
