@@ -296,8 +296,8 @@ bool transform_into(const float* packed, const ConvShape& s, float* slot, int64_
 // [ic, oc] replace a direct convolution's 36 taps per 2x2 outputs (2.25x fewer
 // multiplications), for transforms on either side. Its weights U [16][icp][ocp] are
 // the same at every image size, so a slot holds them either resident (block 8: 16/9
-// of the direct weight after the header) or not at all (per call: the header alone,
-// the weights transformed into scratch on each call; the VAE's, on any block).
+// of the direct weight, which the slot replaces) or not at all (per call: the header
+// alone, the weights transformed into scratch on each call; the VAE's, on any block).
 const BlockedKernel* own_kernel(int block) {
     return blocked_kernel_named(block == 16 ? "avx512" : block == 8 ? "avx2" : "");
 }
