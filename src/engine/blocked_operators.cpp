@@ -247,7 +247,7 @@ bool winograd_available() {
     return kernels::winograd_runs(probe);
 }
 
-double winograd_weight_floats() { return blocked_route_block() == 8 ? 16.0 - 9.0 : 36.0; }
+double winograd_added_floats() { return blocked_route_block() == 8 ? 16.0 - 9.0 : 36.0; }
 
 bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block) {
     return packed.dim() == 1 &&

@@ -72,7 +72,7 @@ at::Tensor pack_conv_weight(const at::Tensor& w, int64_t block, const WinogradSi
 bool winograd_available();
 // Floats a 3x3 weight's 9 add in that Winograd form (memory::MemoryRequest): 36 beside
 // the direct ones (oneDNN's), or 16 - 9 = 7 in their place (the own route's).
-double winograd_weight_floats();
+double winograd_added_floats();
 // Whether a weight pack_conv_weight returned carries a Winograd slot.
 bool has_winograd_form(const at::Tensor& packed, int64_t out, int64_t in, int64_t k, int64_t block);
 

@@ -172,7 +172,7 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
         r.winograd_levels = stages_->unet_winograd_levels();
     else
         r.winograd = options_.winograd;
-    r.winograd_floats = winograd_weight_floats();
+    r.winograd_added_floats = winograd_added_floats();
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
     return r;
 }

@@ -370,7 +370,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     }
     if (p.prepack) p.unet.activations += rows * hw * 4.0 * kUnetPrepackPerChannel * m.model_channels;
     for (int level = 0; level < p.winograd_levels && level < static_cast<int>(m.unet_winograd_bytes.size()); ++level) {
-        const double bytes = m.unet_winograd_bytes[static_cast<size_t>(level)] * r.winograd_floats / 36.0;
+        const double bytes = m.unet_winograd_bytes[static_cast<size_t>(level)] * r.winograd_added_floats / 36.0;
         p.unet.weights += bytes;
         p.unet.load += bytes;
     }

@@ -34,7 +34,7 @@ struct MemoryRequest {
     // Floats a 3x3 weight's 9 add in Winograd form: 36 in oneDNN's F(4x4, 3x3) (AVX-512),
     // held beside the direct weight; 16 - 9 = 7 in the own F(2x2, 3x3) (AVX2), which
     // replaces it.
-    double winograd_floats = 36;
+    double winograd_added_floats = 36;
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
     double text_lora_bytes = 0, unet_lora_bytes = 0;
     bool encode = false;  // the batch runs the VAE encoder on a height x width picture
@@ -52,7 +52,7 @@ struct MemoryModel {
     double unet_largest_conv_bytes = 0;
     // Per UNet level, its width (channel_mult x model_channels) and the bytes its 3x3
     // convolutions' weights take in Winograd form at 36 floats for 9 (F(4x4, 3x3);
-    // MemoryRequest::winograd_floats scales it), for the levels a plan may give them
+    // MemoryRequest::winograd_added_floats scales it), for the levels a plan may give them
     // (kWinogradLevels).
     std::vector<int> unet_level_channels;
     std::vector<double> unet_winograd_bytes;

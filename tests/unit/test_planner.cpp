@@ -263,7 +263,7 @@ TEST(Planner, OwnWinogradWeightsAreCountedAtTheirSize) {
     auto m = sd15();
     m.fused_attention = true;
     auto r = request(512, 1, 16 * GiB);
-    r.winograd_floats = 7;
+    r.winograd_added_floats = 7;
     const auto roomy = sd::plan_memory(m, r, 163 * MiB);
     ASSERT_EQ(roomy.winograd_levels, 2);
     auto peak_with = [&](int levels) {
@@ -275,7 +275,7 @@ TEST(Planner, OwnWinogradWeightsAreCountedAtTheirSize) {
     // Room for both levels at 7 floats but not at 36: kept at 7, the second given up at 36.
     r.budget = peak_with(2) + 0.1 * m.unet_winograd_bytes[1];
     EXPECT_EQ(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 2);
-    r.winograd_floats = 36;
+    r.winograd_added_floats = 36;
     EXPECT_LT(sd::plan_memory(m, r, 163 * MiB).winograd_levels, 2);
 }
 
