@@ -22,19 +22,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace {
+#include "timing.h"
 
-double best_seconds(const std::function<void()>& fn, int repeats) {
-    fn();
-    fn();
-    double best = 1e30;
-    for (int r = 0; r < repeats; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        fn();
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-}
+namespace {
 
 struct Shape {
     const char* where;
@@ -72,13 +62,13 @@ int main(int argc, char** argv) {
         const auto b = at::randn({c});
         const std::vector<int64_t> pad{1, 1}, stride{1, 1}, dil{1, 1};
 
-        const double dense = best_seconds([&] { at::conv2d(x, w, b, stride, pad); }, repeats);
+        const double dense = best_seconds([&] { at::conv2d(x, w, b, stride, pad); }, repeats, 2);
         const auto packed = at::mkldnn_reorder_conv2d_weight(w.to_mkldnn(), pad, stride, dil, 1);
         const double torch_packed = best_seconds(
-            [&] { at::mkldnn_convolution(x.to_mkldnn(), packed, b, pad, stride, dil, 1).to_dense(); }, repeats);
+            [&] { at::mkldnn_convolution(x.to_mkldnn(), packed, b, pad, stride, dil, 1).to_dense(); }, repeats, 2);
         const auto xm = x.to_mkldnn();
         const double torch_blocked =
-            best_seconds([&] { at::mkldnn_convolution(xm, packed, b, pad, stride, dil, 1); }, repeats);
+            best_seconds([&] { at::mkldnn_convolution(xm, packed, b, pad, stride, dil, 1); }, repeats, 2);
 
         // oneDNN directly: weights "any" (reordered once), activations plain or "any".
         at::Tensor out[2];  // direct and Winograd, blocked activations, read back plain
@@ -109,7 +99,7 @@ int main(int argc, char** argv) {
                                         {DNNL_ARG_DST, dst}});
                     strm.wait();
                 },
-                repeats);
+                repeats, 2);
             if (blocked) {
                 auto& o = out[alg == dnnl::algorithm::convolution_winograd ? 1 : 0];
                 o = at::empty({n, c, h, h});

@@ -20,19 +20,9 @@
 
 #include "engine/blocked_operators.h"
 #include "kernels/blocked_kernel.h"
+#include "timing.h"
 
 namespace {
-
-double best_seconds(const std::function<void()>& fn, int repeats) {
-    fn();
-    double best = 1e30;
-    for (int r = 0; r < repeats; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        fn();
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-}
 
 struct Shape {
     const char* where;
