@@ -329,7 +329,8 @@ TEST(BlockedBlocks, WinogradConvolutionsMatchTheDirectOnes) {
 // weights made on each call): the direct convolution's result within float rounding
 // where it runs, with or without bias and residual sum, odd sizes and channel counts
 // that are not a multiple of the block included; a small image runs the direct
-// convolution, bit for bit. A VAE ResnetBlock and Upsample carrying such weights give
+// convolution, bit for bit; a large one (256 channels, 768 tiles) gives each thread
+// chunks of its own. A VAE ResnetBlock and Upsample carrying such weights give
 // the plain operations' result.
 TEST(BlockedBlocks, PerCallWinogradMatchesTheDirectConvolution) {
     at::manual_seed(5);
@@ -340,8 +341,11 @@ TEST(BlockedBlocks, PerCallWinogradMatchesTheDirectConvolution) {
         struct Case {
             int64_t n, ic, oc, h, w;
         };
-        for (const Case& c :
-             std::vector<Case>{{1, 40, 24, 33, 35}, {2, 32, 32, 24, 24}, {1, 16, 48, 64, 8}, {1, 32, 32, 6, 6}}) {
+        for (const Case& c : std::vector<Case>{{1, 40, 24, 33, 35},
+                                               {2, 32, 32, 24, 24},
+                                               {1, 16, 48, 64, 8},
+                                               {1, 32, 32, 6, 6},
+                                               {1, 256, 256, 64, 48}}) {
             const std::string where = "block " + std::to_string(block) + ", " + std::to_string(c.n) + "x" +
                                       std::to_string(c.ic) + "->" + std::to_string(c.oc) + " " + std::to_string(c.h) +
                                       "x" + std::to_string(c.w);
