@@ -74,7 +74,7 @@ void upsample2x(const float* x, int64_t h, int64_t w, float* y, int64_t row_begi
 // Winograd F(2x2, 3x3): U = G g Gᵀ, V = Bᵀ d B, Y = Aᵀ M A with
 //   G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1], Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
 //   Aᵀ = [1 1 1 0; 0 1 -1 -1].
-// Each helper applies its matrix to four rows (or columns) of vectors at once.
+// Each helper applies its matrix to one column (or row) of vectors.
 inline void apply_g(const Vec g[3], Vec t[4]) {
     t[0] = g[0];
     t[1] = (g[0] + g[1] + g[2]) * 0.5f;
@@ -86,6 +86,10 @@ inline void apply_bt(const Vec d[4], Vec e[4]) {
     e[1] = d[1] + d[2];
     e[2] = d[2] - d[1];
     e[3] = d[1] - d[3];
+}
+inline void apply_at(const Vec m[4], Vec y[2]) {
+    y[0] = m[0] + m[1] + m[2];
+    y[1] = m[1] - m[2] - m[3];
 }
 
 void winograd_weights(const float* packed, int64_t icb, int64_t icb_n, int64_t ocb_n, float* u) {
@@ -150,20 +154,22 @@ void winograd_output(const float* m, const WinogradTiles& g, int64_t t0, int64_t
         const bool two_rows = y0 + 1 < g.h, two_cols = x0 + 1 < g.w;
         const float* in = m + (t - chunk_first) * g.ocp;
         for (int64_t ocb = 0; ocb < g.ocb; ++ocb) {
-            Vec s[2][4];  // Aᵀ M
+            Vec s[2][4];  // Aᵀ M, column by column
             for (int j = 0; j < 4; ++j) {
-                Vec c[4];
+                Vec c[4], o[2];
                 for (int k = 0; k < 4; ++k) c[k] = load(in + (k * 4 + j) * g.chunk * g.ocp + ocb * W);
-                s[0][j] = c[0] + c[1] + c[2];
-                s[1][j] = c[1] - c[2] - c[3];
+                apply_at(c, o);
+                s[0][j] = o[0];
+                s[1][j] = o[1];
             }
             const Vec b = bias ? load(bias + ocb * W) : Vec{};
             float* plane = dst + (n * g.ocb + ocb) * g.h * g.w * W;
             for (int k = 0; k < (two_rows ? 2 : 1); ++k) {
-                const Vec y[2] = {s[k][0] + s[k][1] + s[k][2] + b, s[k][1] - s[k][2] - s[k][3] + b};
+                Vec y[2];
+                apply_at(s[k], y);
                 for (int j = 0; j < (two_cols ? 2 : 1); ++j) {
                     float* p = plane + ((y0 + k) * g.w + x0 + j) * W;
-                    store(p, accumulate ? load(p) + y[j] : y[j]);
+                    store(p, accumulate ? load(p) + (y[j] + b) : y[j] + b);
                 }
             }
         }
