@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "core/schedule.h"
 #include "io/fs_util.h"
@@ -161,8 +162,7 @@ public:
     // Sampling starts: the next step's time counts from here, not from the loading before.
     void sampling_starts() {
         last_ = Clock::now();
-        if (!sampling_began_) first_sampling_ = last_;
-        sampling_began_ = true;
+        if (!first_sampling_) first_sampling_ = last_;
     }
 
     // After a sampler step: the report for it.
@@ -181,11 +181,11 @@ public:
         info.seconds_per_step = dt;
         info.eta_seconds = step_seconds_ / static_cast<double>(done_units_) *
                            static_cast<double>(std::max<int64_t>(0, total_units_ - done_units_));
-        if (sampling_began_ && batches_started_ > 1) {
+        if (first_sampling_ && batches_started_ > 1) {
             // Time since the first step not spent in steps, per batch boundary crossed; this
             // batch's end and each later batch have one to come.
             const double between =
-                std::max(0.0, std::chrono::duration<double>(now - first_sampling_).count() - step_seconds_);
+                std::max(0.0, std::chrono::duration<double>(now - *first_sampling_).count() - step_seconds_);
             info.eta_seconds += between / (batches_started_ - 1) * (batches_ - batches_started_ + 1);
         }
         return info;
@@ -215,8 +215,8 @@ private:
     int batches_ = 0, batches_started_ = 0;
     int64_t total_units_ = 0, done_units_ = 0, units_before_ = 0;
     double step_seconds_ = 0;  // time spent in sampler steps so far
-    bool sampling_began_ = false;
-    Clock::time_point batch_start_, last_, first_sampling_;
+    Clock::time_point batch_start_, last_;
+    std::optional<Clock::time_point> first_sampling_;  // when the run's first sampling pass began
 };
 
 // The parameters text, with the compute precision where it is not fp32
