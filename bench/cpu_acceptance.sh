@@ -6,10 +6,11 @@
 # SD21_DIR: scripts/export_model.py --random-init --config bench/v2-inference.yaml --out SD21_DIR
 # SD21_BF16_DIR (optional, for the Turbo-sized bf16 runs; default SD21_DIR): the same with --dtype bfloat16
 # (mapped as it is by --precision bf16: no narrowing at load)
-# Usage (from the repository root): bench/cpu_acceptance.sh SD15_DIR SD21_DIR [SD21_BF16_DIR]
+# SD15_BF16_DIR (optional): SD15_DIR's model exported with --dtype bfloat16; LCM's bf16 runs then also run from it
+# Usage (from the repository root): bench/cpu_acceptance.sh SD15_DIR SD21_DIR [SD21_BF16_DIR [SD15_BF16_DIR]]
 set -u
-U="usage: bench/cpu_acceptance.sh SD15_DIR SD21_DIR [SD21_BF16_DIR]"
-M=${1:?$U}; M2=${2:?$U}; M2B=${3:-$M2}; B=${SD_TXT2IMG:-build/sd-txt2img}
+U="usage: bench/cpu_acceptance.sh SD15_DIR SD21_DIR [SD21_BF16_DIR [SD15_BF16_DIR]]"
+M=${1:?$U}; M2=${2:?$U}; M2B=${3:-$M2}; MB=${4:-}; B=${SD_TXT2IMG:-build/sd-txt2img}
 T=tests/fixtures/taesd/taesd_decoder.pth
 P='a photograph of an astronaut riding a horse'
 export OMP_WAIT_POLICY=passive
@@ -22,7 +23,10 @@ bench/bench_speed.sh --model "$M" --sizes 256 512 --steps 4 --runs 3 --profile-s
 bench/bench_speed.sh --model "$M" --sizes 512 --steps 4 --runs 3 --profile-size 0 --profile-vae-size 0 --cli-args "--precision bf16" --label bf16 --json "$O"/bf16.json 2>&1 | grep -v "^\[bench\]   "
 echo "### LCM 4 + TAESD 512, process start to PNG, alternating"
 for _ in 1 2 3; do
-  for p in fp32 bf16; do t "$B" --model "$M" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler lcm --steps 4 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/lcm; done
+  for p in fp32 bf16 ${MB:+bf16-export}; do
+    m=$M; [ $p = bf16-export ] && m=$MB && p=bf16
+    t "$B" --model "$m" --prompt "$P" --seed 1 --H 512 --W 512 --threads 2 --verbose --sampler lcm --steps 4 --scale 1 --vae-decoder "taesd:$T" --precision $p --outdir "$O"/lcm
+  done
 done
 echo "### Turbo-sized (SD 2.1 base UNet) 1 step + TAESD 512, bf16 (from $M2B) and fp32 (from $M2)"
 for _ in 1 2 3; do
@@ -33,8 +37,8 @@ echo "per-core instruction peaks (fp32 FMA against avx512_bf16's dot product; cm
 [ -x build/bench_isa_peak ] && build/bench_isa_peak 2
 DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 bench/bench_speed.sh --model "$M" --sizes 512 --no-cli --profile-size 0 --profile-vae-size 0 2>&1 | grep -E "^fp32 bound|^bf16 peak"
 for p in fp32 bf16; do DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --precision $p --outdir "$O"/isa; done
-SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
-SD_ATTENTION_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 t "$B" --model "$M" --prompt "$P" --H 256 --W 256 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
+SD_ATTENTION_ISA=avx2 SD_BLOCKED_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
+SD_ATTENTION_ISA=avx2 SD_BLOCKED_ISA=avx2 DNNL_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell t "$B" --model "$M" --prompt "$P" --H 256 --W 256 --steps 4 --sampler ddim --threads 2 --verbose --outdir "$O"/isa
 echo "### memory at 512 (no --verbose: it resets the peak per stage, so /usr/bin/time would see the last stage only)"
 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --max-memory 3.5G --outdir "$O"/mem
 t "$B" --model "$M" --prompt "$P" --H 512 --W 512 --steps 2 --sampler ddim --threads 2 --weights fp16 --max-memory 2.3G --outdir "$O"/mem

@@ -60,8 +60,9 @@ ComputeChoice resolve_compute(const PipelineOptions& o) {
             "(or DNNL_MAX_CPU_ISA hides); use --precision fp32 (--weights fp16 still halves the weights)");
     // Without AMX, bf16 products run on avx512_bf16's dot product, which on the Intel CPU measured gives
     // under half the FLOP of fp32 FMA (bench/isa_peak.cpp): a step ran 1.39-1.58x slower than fp32
-    // (docs/benchmarks.md). Still worth it for half the weights' memory, but the user should know.
-    if (cpu && c.precision == "bf16" && !kernels::cpu_has_amx())
+    // (docs/benchmarks.md). Still worth it for half the weights' memory, but the user should know. On
+    // AMD's Zen 4 it gives twice fp32's FLOPs, and a step takes 0.62x fp32's: no note there.
+    if (cpu && c.precision == "bf16" && !kernels::cpu_has_amx() && !kernels::cpu_bf16_dot_outruns_fp32())
         c.note =
             "--precision bf16 on a CPU without AMX can run slower than fp32 (1.4-1.6x slower where measured); it "
             "still halves the weights' memory";

@@ -23,12 +23,13 @@ SD_DECLARE_ISA(avx512)
 SD_DECLARE_ISA(avx2)
 SD_DECLARE_ISA(baseline)
 SD_DECLARE_ISA(amx)
+SD_DECLARE_ISA(avx512bf16)
 #undef SD_DECLARE_ISA
 
 int64_t padded_keys(int64_t m) { return (m + kKeyAlign - 1) / kKeyAlign * kKeyAlign; }
 int64_t padded_width(int64_t d) { return (d + kWidthAlign - 1) / kWidthAlign * kWidthAlign; }
 
-// Room for the AMX build's bf16 pack too (channels padded to 32, in halves):
+// Room for the bf16 builds' pack too (channels padded to 32, in halves):
 // 32-rounded d + padded width <= 2 (max(d, 16) + padded width).
 int64_t packed_head_floats(const AttentionProblem& p) {
     return padded_keys(p.m) * (std::max<int64_t>(p.d, 16) + padded_width(p.d));
@@ -43,9 +44,12 @@ namespace {
 const AttentionKernel kKernels[] = {{"avx512", avx512::pack, avx512::attend},
                                     {"avx2", avx2::pack, avx2::attend},
                                     {"baseline", baseline::pack, baseline::attend},
-                                    {"amx", amx::pack, amx::attend}};
-constexpr int kKernelCount = 4;
-constexpr int kAmxKernel = 3;  // for bf16 problems only: fp32 ones keep the others' results
+                                    {"amx", amx::pack, amx::attend},
+                                    {"avx512bf16", avx512bf16::pack, avx512bf16::attend}};
+constexpr int kKernelCount = 5;
+// For bf16 problems only (fp32 ones keep the others' results): both products in bf16.
+constexpr int kAmxKernel = 3;
+constexpr int kDotKernel = 4;  // avx512_bf16's dot product, where there is no AMX
 
 #if defined(__x86_64__)
 // AMX as oneDNN sees it (DNNL_MAX_CPU_ISA can hide it), and Linux's leave to
@@ -69,9 +73,13 @@ bool cpu_runs(int i) {
                __builtin_cpu_supports("avx512vl");
     if (i == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (i == kAmxKernel) return cpu_runs(0) && amx_usable();
+    // bf16 as oneDNN sees it, so that DNNL_MAX_CPU_ISA's stand-ins hide it here too.
+    if (i == kDotKernel)
+        return cpu_runs(0) && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16") &&
+               cpu_has_bf16();
     return true;
 #else
-    return i >= 0;  // all four are the portable build
+    return i >= 0;  // all five are the portable build
 #endif
 }
 
@@ -89,7 +97,7 @@ std::string attention_isa_problem() {
     for (const auto& k : kKernels)
         if (std::strcmp(want, k.name) == 0) return "";
     return std::string("SD_ATTENTION_ISA=") + want +
-           " names no attention kernel (it takes avx512, avx2, baseline or amx)";
+           " names no attention kernel (it takes avx512, avx2, baseline, amx or avx512bf16)";
 }
 
 const AttentionKernel& attention_kernel() {
@@ -113,7 +121,9 @@ const AttentionKernel& attention_kernel() {
 const AttentionKernel& attention_kernel_bf16() {
     static const AttentionKernel* chosen = [] {
         const char* want = std::getenv("SD_ATTENTION_ISA");
-        if ((!want || !*want) && cpu_runs(kAmxKernel)) return &kKernels[kAmxKernel];
+        if (!want || !*want)
+            for (int i : {kAmxKernel, kDotKernel})
+                if (cpu_runs(i)) return &kKernels[i];
         return &attention_kernel();
     }();
     return *chosen;

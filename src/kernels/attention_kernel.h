@@ -53,11 +53,12 @@ struct AttentionKernel {
 // picks one for tests and benchmarks; one the CPU lacks: a warning, then the widest).
 const AttentionKernel& attention_kernel();
 
-// For bf16 problems: the AMX build ("amx": both products on tiles) where the
-// CPU has AMX as oneDNN sees it and SD_ATTENTION_ISA names none; else attention_kernel().
+// For bf16 problems, where SD_ATTENTION_ISA names none: both products in bf16, on
+// AMX tiles ("amx") where the CPU has AMX as oneDNN sees it, else on avx512_bf16's
+// dot product ("avx512bf16") where it has that; else attention_kernel().
 const AttentionKernel& attention_kernel_bf16();
 
-// The kernel of that name ("avx512", "avx2", "baseline", "amx"), or nullptr when
+// The kernel of that name ("avx512", "avx2", "baseline", "amx", "avx512bf16"), or nullptr when
 // this CPU cannot run it.
 const AttentionKernel* attention_kernel_named(const char* name);
 

@@ -1,6 +1,7 @@
 // One instruction-set build of the fused attention kernel (attention_kernel.h),
-// its vector arithmetic in isa_vec.h. The build with -mamx-bf16 runs bf16
-// problems' products on AMX tiles (below).
+// its vector arithmetic in isa_vec.h. The builds with -mavx512bf16 run bf16
+// problems' products in bf16 (below): on AMX tiles with -mamx-bf16, else on
+// avx512_bf16's dot product.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,7 +13,7 @@
 #include "kernels/bf16.h"
 #include "kernels/isa_vec.h"
 
-#if defined(__AMX_BF16__)
+#if defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
 
@@ -140,16 +141,17 @@ inline void read_row(float* dst, const float* f32, const uint16_t* bf16, int64_t
         std::memcpy(dst, f32, sizeof(float) * n);
 }
 
-#if defined(__AMX_BF16__)
-// bf16 problems on a CPU with AMX: both products on the tile unit, 16x16 fp32
-// results from 16x32 bf16 rows times 32x16 bf16 columns, the columns held as
-// pairs of the reduced dimension side by side. So kᵀ is packed as panels of 16
+#if defined(__AVX512BF16__)
+// bf16 problems on a CPU with bf16 instructions: both products in bf16 with
+// fp32 sums. AMX's tiles multiply 16x32 bf16 rows by 32x16 bf16 columns, and
+// vdpbf16ps adds 16 products of bf16 pairs into 16 fp32 lanes; both want the
+// reduced dimension's pairs side by side. So kᵀ is packed as panels of 16
 // keys holding each key's channel pair side by side (channels padded to 32), v
-// as key pairs holding 16 channels each. Scores, the online softmax and the
-// sums stay fp32; the probabilities are rounded to bf16 for their product with
-// v (as flash attention does on GPUs).
+// as key pairs holding 16 channels each, and one layout serves both. Scores,
+// the online softmax and the sums stay fp32; the probabilities are rounded to
+// bf16 for their product with v (as flash attention does on GPUs).
 constexpr int64_t kLanes = 16;
-constexpr int64_t kTileRows = 16;
+constexpr int64_t kTileRows = 16;  // query rows per softmax group (an AMX tile's rows)
 
 inline int64_t k_pairs(int64_t d) { return (d + 31) / 32 * 16; }  // channel pairs, padded to whole tiles
 // Offsets in one (batch, head)'s pack, in bf16 values: kᵀ's panel of keys
@@ -157,6 +159,7 @@ inline int64_t k_pairs(int64_t d) { return (d + 31) / 32 * 16; }  // channel pai
 inline int64_t k_panel(int64_t pn, int64_t d2) { return pn * d2 * 2 * kLanes; }
 inline int64_t v_pair(int64_t jp, int64_t vecs) { return jp * vecs * 2 * kLanes; }
 
+#if defined(__AMX_BF16__)
 struct TileConfig {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};
@@ -169,6 +172,7 @@ void configure_tiles() {
     for (int t = 0; t < 6; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kTileRows;
     _tile_loadconfig(&cfg);
 }
+#endif
 
 // 2^t for t <= 0: t = n + r with |r| <= 1/2, a degree-4 polynomial for 2^r
 // fitted for relative error (below 2.7e-6 in float: enough for probabilities
@@ -237,8 +241,8 @@ inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, f
     _mm512_storeu_ps(row_sum, _mm512_fmadd_ps(_mm512_loadu_ps(row_sum), a, _mm512_load_ps(sums)));
 }
 
-// The tile route needs all four operands in bf16, and a positive scale (softmax_rows).
-inline bool tiles_route(const AttentionProblem& p) {
+// The bf16 route needs all four operands in bf16, and a positive scale (softmax_rows).
+inline bool bf16_route(const AttentionProblem& p) {
     return p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16 && p.scale > 0;
 }
 
@@ -258,6 +262,7 @@ void pack_bf16(const AttentionProblem& p, int64_t bh) {
     }
 }
 
+#if defined(__AMX_BF16__)
 // Scores of 16 query rows (q: bf16, row length 2 d2) against N panels of 16
 // keys from `kt`, unscaled, into s (fp32 rows of s_row floats).
 template <int N>
@@ -324,6 +329,119 @@ inline void value_tiles(const uint16_t* pb, int64_t p_row, const uint16_t* vp, i
     if (N > 3) _tile_stored(3, o + 3 * kLanes, dp * 4);
 }
 
+// Scores of the 16 query rows of q (bf16, rows of 2 d2) against `keys` keys (a
+// multiple of 32) from the panel kt, unscaled, into s (fp32 rows of s_row floats).
+inline void group_scores(const uint16_t* q, int64_t d2, int64_t, const uint16_t* kt, int64_t keys, float* s,
+                         int64_t s_row) {
+    int64_t j = 0;
+    for (; j + 4 * kLanes <= keys; j += 4 * kLanes) score_tiles<4>(q, d2, kt + k_panel(j / kLanes, d2), s + j, s_row);
+    if (j < keys)  // 32 keys left
+        score_tiles<2>(q, d2, kt + k_panel(j / kLanes, d2), s + j, s_row);
+}
+
+// O[16 rows][vecs blocks of 16 channels] += P (bf16, 16 rows of p_row) · v over `keys` keys from vt.
+inline void group_values(const uint16_t* pb, int64_t p_row, const uint16_t* vt, int64_t vecs, int64_t keys, float* o,
+                         int64_t dp) {
+    int64_t i = 0;
+    for (; i + 4 <= vecs; i += 4) value_tiles<4>(pb, p_row, vt + i * 2 * kLanes, vecs, keys, o + i * kLanes, dp);
+    switch (vecs - i) {
+        case 3:
+            value_tiles<3>(pb, p_row, vt + i * 2 * kLanes, vecs, keys, o + i * kLanes, dp);
+            break;
+        case 2:
+            value_tiles<2>(pb, p_row, vt + i * 2 * kLanes, vecs, keys, o + i * kLanes, dp);
+            break;
+        case 1:
+            value_tiles<1>(pb, p_row, vt + i * 2 * kLanes, vecs, keys, o + i * kLanes, dp);
+            break;
+        default:
+            break;
+    }
+}
+
+inline void begin_products() { configure_tiles(); }
+inline void end_products() { _tile_release(); }
+#else
+// Without AMX: vdpbf16ps, 16 fp32 sums a vector, each adding a pair of bf16
+// products; the other operand's pair is broadcast to every lane.
+inline __m512bh pair_splat(const uint16_t* x) {
+    int32_t bits;
+    std::memcpy(&bits, x, sizeof bits);
+    return (__m512bh)_mm512_set1_epi32(bits);
+}
+inline __m512bh load_pairs(const uint16_t* x) { return (__m512bh)_mm512_loadu_si512(x); }
+
+constexpr int kDotRows = 8;  // rows per register block: 16 or 24 sums in 32 registers
+
+// S[r][0..32) for R query rows (q_row apart) against the panels k0 and k1 of 16 keys, over `pairs` channel pairs.
+template <int R>
+inline void score_dots(const uint16_t* q, int64_t q_row, int64_t pairs, const uint16_t* k0, const uint16_t* k1,
+                       float* s, int64_t s_row) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t cp = 0; cp < pairs; ++cp) {
+        const __m512bh a = load_pairs(k0 + cp * 2 * kLanes), b = load_pairs(k1 + cp * 2 * kLanes);
+        for (int r = 0; r < R; ++r) {
+            const __m512bh qv = pair_splat(q + r * q_row + 2 * cp);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qv, a);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qv, b);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        _mm512_storeu_ps(s + r * s_row, acc[r][0]);
+        _mm512_storeu_ps(s + r * s_row + kLanes, acc[r][1]);
+    }
+}
+
+// As the AMX build's: the channel pairs past the head's width are zero in q and kᵀ alike, so they are skipped.
+inline void group_scores(const uint16_t* q, int64_t d2, int64_t d, const uint16_t* kt, int64_t keys, float* s,
+                         int64_t s_row) {
+    const int64_t pairs = (d + 1) / 2, panel = d2 * 2 * kLanes;
+    for (int64_t r = 0; r < kTileRows; r += kDotRows)
+        for (int64_t j = 0; j < keys; j += 2 * kLanes)
+            score_dots<kDotRows>(q + r * 2 * d2, 2 * d2, pairs, kt + (j / kLanes) * panel,
+                                 kt + (j / kLanes + 1) * panel, s + r * s_row + j, s_row);
+}
+
+// O[R rows][N blocks of 16 channels] += P (bf16, rows of p_row) · v over `keys` keys (even) from vt.
+template <int R, int N>
+inline void value_dots(const uint16_t* pb, int64_t p_row, const uint16_t* vt, int64_t vecs, int64_t keys, float* o,
+                       int64_t dp) {
+    __m512 acc[R][N];
+    for (int r = 0; r < R; ++r)
+        for (int i = 0; i < N; ++i) acc[r][i] = _mm512_loadu_ps(o + r * dp + i * kLanes);
+    for (int64_t j = 0; j < keys; j += 2) {
+        const uint16_t* v = vt + v_pair(j / 2, vecs);
+        __m512bh vv[N];
+        for (int i = 0; i < N; ++i) vv[i] = load_pairs(v + i * 2 * kLanes);
+        for (int r = 0; r < R; ++r) {
+            const __m512bh pr = pair_splat(pb + r * p_row + j);
+            for (int i = 0; i < N; ++i) acc[r][i] = _mm512_dpbf16_ps(acc[r][i], pr, vv[i]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int i = 0; i < N; ++i) _mm512_storeu_ps(o + r * dp + i * kLanes, acc[r][i]);
+}
+
+// Blocks of 3 vectors (SD's heads of 40 channels are 3), the last 4 as 2 + 2 rather than 3 + 1.
+inline void group_values(const uint16_t* pb, int64_t p_row, const uint16_t* vt, int64_t vecs, int64_t keys, float* o,
+                         int64_t dp) {
+    for (int64_t r = 0; r < kTileRows; r += kDotRows) {
+        const uint16_t* pr = pb + r * p_row;
+        float* orow = o + r * dp;
+        int64_t i = 0;
+        for (; vecs - i > 4 || vecs - i == 3; i += 3)
+            value_dots<kDotRows, 3>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
+        for (; vecs - i >= 2; i += 2)
+            value_dots<kDotRows, 2>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
+        if (i < vecs) value_dots<kDotRows, 1>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
+    }
+}
+
+inline void begin_products() {}
+inline void end_products() {}
+#endif
+
 void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
     const int64_t d2 = k_pairs(p.d), vecs = dp / kLanes;
@@ -335,7 +453,7 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
     std::vector<float> s(kTileRows * key_tile), o(kQueryTile * dp);
     std::vector<float> row_max(kQueryTile), row_sum(kQueryTile);
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    configure_tiles();
+    begin_products();
     for (int64_t task = begin; task < end; ++task) {
         const int64_t bh = task / tiles, b = bh / p.heads, h = bh % p.heads;
         const int64_t row0 = (task % tiles) * kQueryTile;
@@ -355,33 +473,13 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
             const int64_t valid = std::min(keys, p.m - j0);
             const uint16_t* vt = vp + v_pair(j0 / 2, vecs);
             for (int64_t r = 0; r < rows_pad; r += kTileRows) {
-                int64_t j = 0;
-                for (; j + 4 * kLanes <= keys; j += 4 * kLanes)
-                    score_tiles<4>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[j], key_tile);
-                if (j < keys)  // 32 keys left
-                    score_tiles<2>(&qt[r * 2 * d2], d2, kt + k_panel((j0 + j) / kLanes, d2), &s[j], key_tile);
+                group_scores(&qt[r * 2 * d2], d2, p.d, kt + k_panel(j0 / kLanes, d2), keys, s.data(), key_tile);
                 alignas(64) float alpha[kTileRows];
                 softmax_rows(s.data(), key_tile, keys, valid, c, &row_max[r], &row_sum[r], pb.data(), alpha);
                 for (int64_t i = 0; i < kTileRows; ++i)
                     if (alpha[i] != 1.0f)
                         for (int64_t ch = 0; ch < dp; ++ch) o[(r + i) * dp + ch] *= alpha[i];
-                float* orow = &o[r * dp];
-                int64_t i = 0;
-                for (; i + 4 <= vecs; i += 4)
-                    value_tiles<4>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-                switch (vecs - i) {
-                    case 3:
-                        value_tiles<3>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-                        break;
-                    case 2:
-                        value_tiles<2>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-                        break;
-                    case 1:
-                        value_tiles<1>(pb.data(), key_tile, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-                        break;
-                    default:
-                        break;
-                }
+                group_values(pb.data(), key_tile, vt, vecs, keys, &o[r * dp], dp);
             }
         }
         for (int64_t r = 0; r < rows; ++r) {
@@ -390,15 +488,15 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
             for (int64_t ch = 0; ch < p.d; ++ch) p.out_bf16[oo + ch] = float_to_bf16(o[r * dp + ch] * inv);
         }
     }
-    _tile_release();
+    end_products();
 }
 #endif
 
 }  // namespace
 
 void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
-#if defined(__AMX_BF16__)
-    if (tiles_route(p)) {
+#if defined(__AVX512BF16__)
+    if (bf16_route(p)) {
         for (int64_t bh = begin; bh < end; ++bh) pack_bf16(p, bh);
         return;
     }
@@ -425,8 +523,8 @@ void pack(const AttentionProblem& p, int64_t begin, int64_t end) {
 }
 
 void attend(const AttentionProblem& p, int64_t begin, int64_t end) {
-#if defined(__AMX_BF16__)
-    if (tiles_route(p)) return attend_bf16(p, begin, end);
+#if defined(__AVX512BF16__)
+    if (bf16_route(p)) return attend_bf16(p, begin, end);
 #endif
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), per_head = packed_head_floats(p);
     const int64_t tiles = (p.n + kQueryTile - 1) / kQueryTile;

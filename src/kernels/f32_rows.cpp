@@ -88,8 +88,9 @@ const F32RowKernels kKernels[] = {{"avx512", geglu_avx512}, {"avx2", geglu_avx2}
 // The same three builds as the attention kernel, with the same instruction sets: its CPU check and
 // its choice (SD_ATTENTION_ISA, and the warning for a build this CPU lacks) serve both.
 const F32RowKernels* f32_row_kernels_named(const char* name) {
-    if (!attention_kernel_named(name)) return nullptr;   // unknown, or this CPU cannot run it
-    if (std::strcmp(name, "amx") == 0) name = "avx512";  // the attention kernel's AVX-512 build with tiles
+    if (!attention_kernel_named(name)) return nullptr;  // unknown, or this CPU cannot run it
+    // The attention kernel's AVX-512 builds with bf16 products.
+    if (std::strcmp(name, "amx") == 0 || std::strcmp(name, "avx512bf16") == 0) name = "avx512";
     for (const auto& k : kKernels)
         if (std::strcmp(name, k.name) == 0) return &k;
     return nullptr;

@@ -101,12 +101,21 @@ bool cpu_has_amx() {
     return has;
 }
 
+bool cpu_bf16_dot_outruns_fp32() {
+#if defined(__x86_64__)
+    return cpu_has_bf16() && __builtin_cpu_is("amd");
+#else
+    return false;
+#endif
+}
+
 #else
 
 bool linear_f32(const float*, int64_t, int64_t, const float*, int64_t, const float*, float*) { return false; }
 bool linear_kernel_available() { return false; }
 bool cpu_has_bf16() { return false; }
 bool cpu_has_amx() { return false; }
+bool cpu_bf16_dot_outruns_fp32() { return false; }
 
 #endif
 

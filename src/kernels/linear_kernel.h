@@ -22,5 +22,8 @@ bool linear_kernel_available();
 bool cpu_has_bf16();
 // Whether oneDNN may use AMX tiles here (AMX-BF16 present and allowed).
 bool cpu_has_amx();
+// Whether bf16 products without AMX outrun fp32 here: avx512_bf16's dot product gives
+// twice fp32 FMA's FLOPs on AMD's Zen 4 and under half on Intel's Xeon (bench/isa_peak.cpp).
+bool cpu_bf16_dot_outruns_fp32();
 
 }  // namespace sd::kernels

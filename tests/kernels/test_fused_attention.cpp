@@ -196,7 +196,7 @@ TEST(FusedAttention, RegisteredOperatorRunsTheKernel) {
 TEST(FusedAttention, EveryInstructionSet) {
     if (std::getenv("SD_ATTENTION_ISA_CHILD")) GTEST_SKIP() << "inside a child run";
     int runs = 0;
-    for (const char* isa : {"avx512", "avx2", "baseline", "amx"}) {
+    for (const char* isa : {"avx512", "avx2", "baseline", "amx", "avx512bf16"}) {
         if (!sd::kernels::attention_kernel_named(isa)) continue;
         const std::string cmd = std::string("SD_ATTENTION_ISA=") + isa + " SD_ATTENTION_ISA_CHILD=1 /proc/" +
                                 std::to_string(getpid()) + "/exe --gtest_filter='FusedAttention.*-*EveryInstructionSet'" +
