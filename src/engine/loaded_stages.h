@@ -62,6 +62,7 @@ public:
     // (later plans must count it as it is).
     void set_prepack(bool on) { prepack_ = on; }
     bool prepack_applies_to_unet() const { return prepack_applies(config_.unet_path); }
+    bool prepack_applies_to_vae() const { return prepack_applies(config_.vae_decoder_path); }
     bool unet_packed() const { return unet_packed_; }
     // The plan's Winograd choice for the UNet loaded next (with --prepack), and
     // how many levels' Winograd slots the loaded UNet holds.

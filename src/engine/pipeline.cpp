@@ -160,7 +160,9 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     r.half_weights = stages_->held_type() != at::kFloat;
     r.half_text = stages_->text_type() != at::kFloat;
     r.q8_weights = stages_->q8_unet();
-    if (!stages_->prepack_applies_to_unet())
+    if (stages_->q8_unet() && stages_->prepack_applies_to_vae())
+        r.prepack = options_.prepack;  // a q8 UNet is never prepacked: the switch is the VAE's alone
+    else if (!stages_->prepack_applies_to_unet())
         r.prepack = false;
     else if (stages_->unet_loaded())
         r.prepack = stages_->unet_packed();

@@ -368,7 +368,8 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
                             ? fused_bytes(rows, n, m.attn_channels, 2.0)
                             : score_bytes(rows, n, p.attention_mode, p.attention_chunk, m.attn_heads);
     }
-    if (p.prepack) p.unet.activations += rows * hw * 4.0 * kUnetPrepackPerChannel * m.model_channels;
+    // A q8 UNet expands its blocks per call and is never prepacked; the VAE still is.
+    if (p.prepack && !r.q8_weights) p.unet.activations += rows * hw * 4.0 * kUnetPrepackPerChannel * m.model_channels;
     for (int level = 0; level < p.winograd_levels && level < static_cast<int>(m.unet_winograd_bytes.size()); ++level) {
         const double bytes = m.unet_winograd_bytes[static_cast<size_t>(level)] * r.winograd_added_floats / 36.0;
         p.unet.weights += bytes;

@@ -26,6 +26,7 @@ struct MemoryRequest {
     bool half_text = false;                     // --precision bf16: the text encoders held in bf16 too
     bool q8_weights = false;                    // --weights q8: UNet weights in 8-bit blocks (never chosen here)
     // --prepack; false where it cannot apply (not fp32 on a CPU), unset: on when it fits.
+    // With q8_weights it is the VAE's alone (a q8 UNet is never prepacked).
     std::optional<bool> prepack;
     // --winograd; false where it cannot apply (no prepack, or no Winograd convolution
     // on this CPU), unset: on when it fits.

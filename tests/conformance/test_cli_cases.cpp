@@ -47,7 +47,8 @@ TEST(ConformanceAttention, PerHeadIsBitIdenticalToFull) {
 }
 
 // --prepack auto is the planner's choice (on when it fits), off and fp16
-// weights never pack; the plan printed is the one the stages are loaded by.
+// weights never pack; with q8 weights it packs the VAE (the UNet expands its
+// 8-bit blocks per call). The plan printed is the one the stages are loaded by.
 TEST(ConformancePrepack, PlanSaysWhetherConvolutionsArePrepacked) {
     auto plan = [](std::vector<std::string> extra) {
         std::vector<std::string> args{sdtest::cli(), "--model", sdtest::test_models() + "/tiny-st", "--prompt", "x",
@@ -61,6 +62,8 @@ TEST(ConformancePrepack, PlanSaysWhetherConvolutionsArePrepacked) {
     EXPECT_TRUE(plan({"--prepack", "on"}));
     EXPECT_FALSE(plan({"--prepack", "off"}));
     EXPECT_FALSE(plan({"--weights", "fp16"}));
+    EXPECT_TRUE(plan({"--weights", "q8"}));
+    EXPECT_FALSE(plan({"--weights", "q8", "--prepack", "off"}));
 }
 
 // Two threads change the summation order; the fixtures' tolerance covers it.

@@ -76,3 +76,20 @@ TEST(PlannerQ8, EightBitFileIsCountedAsItIsHeld) {
     const auto fp16 = sd::plan_memory(q8_file, request(16 * GiB, true, false), 160 * MiB);
     EXPECT_NEAR(fp16.unet.weights, fp32_file.unet_weights / 2, 1.0);
 }
+
+// A q8 UNet is never prepacked (it expands its blocks per call), so --prepack is the VAE's
+// alone: the UNet's activations stay as they are, the VAE's grow by the blocked layout's.
+TEST(PlannerQ8, PrepackIsTheVaesAlone) {
+    const auto m = sdtest::sd15_memory_model();
+    for (const bool q8 : {true, false}) {
+        auto plain = request(16 * GiB, false, q8), packed = plain;
+        packed.prepack = true;
+        const auto a = sd::plan_memory(m, plain, 160 * MiB), b = sd::plan_memory(m, packed, 160 * MiB);
+        ASSERT_TRUE(b.prepack);
+        EXPECT_GT(b.vae.activations, a.vae.activations) << "q8 " << q8;
+        if (q8)
+            EXPECT_DOUBLE_EQ(b.unet.activations, a.unet.activations);
+        else
+            EXPECT_GT(b.unet.activations, a.unet.activations);
+    }
+}
