@@ -184,6 +184,7 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         prepack_blocked(*slot, unet ? winograd_ : WinogradChoice{{}, vae_stage && vae_winograd_}, &winograd_layers);
         prepack_convolutions(*slot);
         use_fused_rows(*slot);  // fp32's one-pass GEGLU gate
+        if (&slot == &vae_decoder_) vae_packed_ = true;
         if (unet) {
             unet_packed_ = true;
             unet_winograd_levels_ = winograd_layers > 0 ? static_cast<int>(winograd_.levels.size()) : 0;
@@ -198,6 +199,7 @@ void LoadedStages::release(Slot& slot) {
         unet_packed_ = false;
         unet_winograd_levels_ = 0;
     }
+    if (&slot == &vae_decoder_) vae_packed_ = false;
     slot.reset();
     release_free_memory();
 }

@@ -58,12 +58,14 @@ public:
     static at::Tensor to_host(const at::Tensor& t) { return t.to(at::kCPU, at::kFloat); }
 
     // --prepack for the stages loaded next (the plan's choice), whether it can
-    // apply to the UNet at all, and whether the UNet that stays loaded was packed
-    // (later plans must count it as it is).
+    // apply to the UNet (or VAE) at all, and whether the UNet (or VAE decoder) that
+    // stays loaded was packed (later plans must count it as it is).
     void set_prepack(bool on) { prepack_ = on; }
     bool prepack_applies_to_unet() const { return prepack_applies(config_.unet_path); }
     bool prepack_applies_to_vae() const { return prepack_applies(config_.vae_decoder_path); }
     bool unet_packed() const { return unet_packed_; }
+    bool vae_decoder_loaded() const { return vae_decoder_.has_value(); }
+    bool vae_packed() const { return vae_packed_; }
     // The plan's Winograd choice for the UNet loaded next (with --prepack), and
     // how many levels' Winograd slots the loaded UNet holds.
     void set_winograd(const WinogradChoice& w) { winograd_ = w; }
@@ -98,7 +100,7 @@ private:
     at::ScalarType compute_type_ = at::kFloat, held_type_ = at::kFloat;  // UNet and VAE
     at::ScalarType text_type_ = at::kFloat;                              // the text encoders, held and computed
     Slot text_encoder_, text_encoder_2_, unet_, vae_decoder_, vae_encoder_;
-    bool prepack_ = false, unet_packed_ = false;
+    bool prepack_ = false, unet_packed_ = false, vae_packed_ = false;
     int unet_winograd_levels_ = 0;
     WinogradChoice winograd_;
     bool vae_winograd_ = false;

@@ -160,8 +160,8 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     r.half_weights = stages_->held_type() != at::kFloat;
     r.half_text = stages_->text_type() != at::kFloat;
     r.q8_weights = stages_->q8_unet();
-    if (stages_->q8_unet() && stages_->prepack_applies_to_vae())
-        r.prepack = options_.prepack;  // a q8 UNet is never prepacked: the switch is the VAE's alone
+    if (stages_->q8_unet() && stages_->prepack_applies_to_vae())  // a q8 UNet is never prepacked: the VAE's alone
+        r.prepack = stages_->vae_decoder_loaded() ? std::optional<bool>(stages_->vae_packed()) : options_.prepack;
     else if (!stages_->prepack_applies_to_unet())
         r.prepack = false;
     else if (stages_->unet_loaded())
