@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -221,16 +220,10 @@ namespace {
 bool cpu_shows_amx() {
     const char* isa = std::getenv("DNNL_MAX_CPU_ISA");
     if (isa && *isa && std::string(isa).find("AMX") == std::string::npos && std::string(isa) != "ALL") return false;
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
-    return flags.find(" amx_bf16") != std::string::npos;
+    return sdtest::read_text("/proc/cpuinfo").find(" amx_bf16") != std::string::npos;
 }
 
-bool cpu_is_amd() {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    const std::string text((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
-    return text.find("AuthenticAMD") != std::string::npos;
-}
+bool cpu_is_amd() { return sdtest::read_text("/proc/cpuinfo").find("AuthenticAMD") != std::string::npos; }
 
 }  // namespace
 
