@@ -19,6 +19,10 @@ the C++ program runs them in one pass each on bf16 (src/kernels/bf16_rows.h).
 ``sd::expand_q8(w, scale)``: an 8-bit layer's fp32 weight, int8 ``w`` times its fp16
 ``scale`` per block of 32 values of a row (layers.py ``_expand``); the C++ program
 writes it in one pass instead of TorchScript's two full-size temporaries.
+
+``sd::conv3x3(x, w, b)``: a 3x3 convolution of stride 1 and padding 1. The modules call
+it for bf16 activations only; the C++ program runs the larger ones by Winograd's
+algorithm (src/kernels/winograd_bf16.h).
 """
 
 from typing import Optional
@@ -70,6 +74,10 @@ def reference_expand_q8(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return blocks.reshape(w.shape)
 
 
+def reference_conv3x3(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+    return F.conv2d(x, w, b, padding=1)
+
+
 def register():
     """Defines sd::attention and sd::linear unless something (the C++ engine) already has."""
     global _LIB
@@ -80,6 +88,7 @@ def register():
         torch.ops.sd.linear  # noqa: B018
         torch.ops.sd.geglu  # noqa: B018
         torch.ops.sd.expand_q8  # noqa: B018
+        torch.ops.sd.conv3x3  # noqa: B018
         return
     except (AttributeError, RuntimeError):
         pass
@@ -97,6 +106,8 @@ def register():
     lib.impl("group_norm", reference_group_norm, "CompositeImplicitAutograd")
     lib.define("expand_q8(Tensor w, Tensor scale) -> Tensor")
     lib.impl("expand_q8", reference_expand_q8, "CompositeImplicitAutograd")
+    lib.define("conv3x3(Tensor x, Tensor w, Tensor? b) -> Tensor")
+    lib.impl("conv3x3", reference_conv3x3, "CompositeImplicitAutograd")
     _LIB = lib
 
 register()

@@ -10,6 +10,7 @@
 #include "io/fs_util.h"
 #include "io/weight_file.h"
 #include "kernels/linear_kernel.h"
+#include "kernels/winograd_bf16.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -182,7 +183,7 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         // the ResNet blocks on blocked activations, then the other convolutions
         const bool vae_stage = path == config_.vae_decoder_path || path == config_.vae_encoder_path;
         prepack_blocked(*slot, unet ? winograd_ : WinogradChoice{{}, vae_stage && vae_winograd_}, &winograd_layers);
-        prepack_convolutions(*slot);
+        prepack_convolutions(*slot, unet ? bf16_latent_h_ : 0, unet ? bf16_latent_w_ : 0);
         use_fused_rows(*slot);  // fp32's one-pass GEGLU gate
         if (&slot == &vae_decoder_) vae_packed_ = true;
         if (unet) {
@@ -198,6 +199,7 @@ void LoadedStages::release(Slot& slot) {
     if (&slot == &unet_) {
         unet_packed_ = false;
         unet_winograd_levels_ = 0;
+        kernels::winograd_bf16_release();  // its layers' scratch
     }
     if (&slot == &vae_decoder_) vae_packed_ = false;
     slot.reset();

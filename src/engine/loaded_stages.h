@@ -72,6 +72,9 @@ public:
     // --winograd for the VAE encoder and decoder loaded next (with --prepack): their 3x3
     // convolutions by the own route with weights made per call (no memory held).
     void set_vae_winograd(bool on) { vae_winograd_ = on; }
+    // The latent size a bf16 UNet loads for: its layers that sd::conv3x3 runs by Winograd
+    // at that size keep plain weights (prepack_convolutions).
+    void set_bf16_winograd_latent(int64_t h, int64_t w) { bf16_latent_h_ = h, bf16_latent_w_ = w; }
     bool winograd_applies_to_unet() const;
     int unet_winograd_levels() const { return unet_winograd_levels_; }
 
@@ -104,6 +107,7 @@ private:
     int unet_winograd_levels_ = 0;
     WinogradChoice winograd_;
     bool vae_winograd_ = false;
+    int64_t bf16_latent_h_ = 0, bf16_latent_w_ = 0;
     bool q8_unet_ = false;
     std::map<std::string, at::Tensor> vae_override_;
     std::vector<LoraUse> merged_loras_;

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "kernels/bf16_rows.h"
 #include "kernels/f32_rows.h"
 #include "kernels/linear_kernel.h"
+#include "kernels/winograd_bf16.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -202,6 +204,31 @@ at::Tensor group_norm(const at::Tensor& x, int64_t groups, const c10::optional<a
     return out;
 }
 
+namespace {
+std::atomic<bool> bf16_winograd_on{true};
+}  // namespace
+
+void set_bf16_winograd(bool on) { bf16_winograd_on = on; }
+bool bf16_winograd_enabled() { return bf16_winograd_on; }
+
+at::Tensor conv3x3(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+    const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+    const bool route = bf16_winograd_on && bf16_rows(x) && x.dim() == 4 && w.scalar_type() == at::kBFloat16 &&
+                       w.device().is_cpu() && w.dim() == 4 && w.size(1) == x.size(1) && w.size(2) == 3 &&
+                       w.size(3) == 3 &&
+                       (!b.defined() || (b.scalar_type() == at::kBFloat16 && b.numel() == w.size(0))) &&
+                       kernels::winograd_bf16_runs(x.size(0), x.size(1), w.size(0), x.size(2), x.size(3));
+    if (route) {
+        const auto xc = x.contiguous(), wc = w.contiguous();
+        const auto bc = b.defined() ? b.contiguous() : b;
+        auto out = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)}, x.options());
+        if (kernels::winograd_bf16_conv3x3(bits(xc), x.size(0), x.size(1), x.size(2), x.size(3), bits(wc), w.size(0),
+                                           bc.defined() ? bits(bc) : nullptr, bits_out(out)))
+            return out;
+    }
+    return at::conv2d(x, w, b, 1, 1);
+}
+
 // TorchScript would make two weight-sized temporaries (the widened int8 and the
 // product); one pass writes only the result.
 at::Tensor expand_q8(const at::Tensor& w, const at::Tensor& scale) {
@@ -235,6 +262,7 @@ void register_operators() {
         lib->def("layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor", &layer_norm_last);
         lib->def("group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor", &group_norm);
         lib->def("expand_q8(Tensor w, Tensor scale) -> Tensor", &expand_q8);
+        lib->def("conv3x3(Tensor x, Tensor w, Tensor? b) -> Tensor", &conv3x3);
     });
 }
 

@@ -41,6 +41,14 @@ at::Tensor expand_q8(const at::Tensor& w, const at::Tensor& scale);
 at::Tensor group_norm(const at::Tensor& x, int64_t groups, const c10::optional<at::Tensor>& weight,
                       const c10::optional<at::Tensor>& bias, double eps);
 
+// A 3x3 convolution, stride 1, padding 1 (sd::conv3x3; the 3x3 layers of the
+// exported modules call it). bf16 CPU tensors large enough take the bf16 Winograd
+// route (src/kernels/winograd_bf16.h) unless set_bf16_winograd(false) (--winograd
+// off); everything else at::conv2d, as the modules' own code.
+at::Tensor conv3x3(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias);
+void set_bf16_winograd(bool on);
+bool bf16_winograd_enabled();
+
 // Registers sd::attention, sd::linear and the bf16 row operators with the dispatcher; safe to call more than once.
 // The engine calls it before loading a stage (a static registrar in a static
 // library would be dropped by the linker).

@@ -15,6 +15,7 @@
 #include "engine/guidance.h"
 #include "engine/hires_pass.h"
 #include "engine/loaded_stages.h"
+#include "engine/operators.h"
 #include "engine/picture_start.h"
 #include "engine/runtime.h"
 #include "engine/sampling_loop.h"
@@ -26,6 +27,7 @@
 #include "io/embedding_file.h"
 #include "kernels/attention_kernel.h"
 #include "kernels/blocked_kernel.h"
+#include "kernels/winograd_bf16.h"
 #include "memory/planner.h"
 #include "sd/error.h"
 #include "sd/tokenizer.h"
@@ -176,6 +178,9 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
         r.winograd = options_.winograd;
     r.winograd_added_floats = winograd_added_floats();
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
+    if (cpu && stages_->compute_type() == at::kBFloat16 && options_.winograd.value_or(true))
+        r.unet_scratch_bytes =
+            static_cast<double>(kernels::winograd_bf16_scratch_bytes(static_cast<int64_t>(conv_split_bytes() / 4)));
     return r;
 }
 
@@ -360,6 +365,9 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     stages_->set_winograd(winograd);
     // The VAE's per-call form holds no weights, so only --winograd off turns it off.
     stages_->set_vae_winograd(options_.winograd.value_or(true) && winograd_available());
+    // bf16's (sd::conv3x3) hold no weights either: scratch for one layer at a time.
+    set_bf16_winograd(options_.winograd.value_or(true));
+    stages_->set_bf16_winograd_latent(s.height / config_.downsample_factor, s.width / config_.downsample_factor);
     c10::InferenceMode guard;
     peaks_ = {};
     try {

@@ -23,6 +23,7 @@
 #include "io/weight_file.h"
 #include "kernels/blocked_kernel.h"
 #include "kernels/linear_kernel.h"
+#include "kernels/winograd_bf16.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -319,7 +320,21 @@ std::vector<int64_t> int_list(const c10::IValue& v) {
 
 }  // namespace
 
-int prepack_convolutions(torch::jit::Module& m) {
+namespace {
+
+// Whether sd::conv3x3 will take this bf16 layer by Winograd at the latent size given.
+bool runs_bf16_winograd(const torch::jit::Module& conv, const at::Tensor& w, int64_t latent_h, int64_t latent_w) {
+    if (latent_h <= 0 || latent_w <= 0 || w.scalar_type() != at::kBFloat16 || !conv.hasattr("unit_3x3") ||
+        !conv.hasattr("latent_div") || !conv.attr("unit_3x3").toBool())
+        return false;
+    const int64_t div = conv.attr("latent_div").toInt();
+    return div > 0 && bf16_winograd_enabled() &&
+           kernels::winograd_bf16_runs(1, w.size(1), w.size(0), latent_h / div, latent_w / div);
+}
+
+}  // namespace
+
+int prepack_convolutions(torch::jit::Module& m, int64_t latent_h, int64_t latent_w) {
     int packed = 0;
     for (auto sub : m.modules()) {
         // conv_split marks this tool's Conv2d, whose forward takes a packed weight.
@@ -342,6 +357,7 @@ int prepack_convolutions(torch::jit::Module& m) {
         const auto dilation = int_list(type->getConstant("dilation"));
         const int64_t groups = type->getConstant("groups").toInt();
         if (padding.size() != 2 || stride.size() != 2 || dilation.size() != 2) continue;
+        if (runs_bf16_winograd(sub, w, latent_h, latent_w)) continue;
         at::Tensor p = at::mkldnn_reorder_conv2d_weight(w.to_mkldnn(), padding, stride, dilation, groups);
         sub.register_parameter("weight", p, /*is_buffer=*/false);  // the dense tensor's last use: its pages go
         ++packed;

@@ -64,6 +64,8 @@ static constexpr size_t kWinogradLevels = 2;
 static constexpr int kFeedForwardChunk = 1024;
 static constexpr double kConvSplitBytes = 32.0 * 1024 * 1024;
 
+double conv_split_bytes() { return kConvSplitBytes; }
+
 AttentionSetting parse_attention(const std::string& text) {
     AttentionSetting a;
     if (text == "full") {
@@ -355,6 +357,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
         p.unet.load = p.unet.weights + std::min(p.unet.weights, m.unet_largest_conv_bytes);
     }
     p.unet.load += r.unet_lora_bytes;
+    p.unet.weights += r.unet_scratch_bytes;
     const double hw = h * w;
     // fp16 weights add the fp32 copy of the layer that runs; 8-bit ones the int8 values
     // widened and the product (two fp32 copies of the layer).

@@ -304,6 +304,36 @@ TEST(BfloatFile, WidenedForFp32AndAuto) {
     EXPECT_EQ(r.err.find("bf16 weights"), std::string::npos) << r.err;
 }
 
+// bf16's 3x3 convolutions of 64 channels or more at 16x16 pixels or more run by Winograd
+// (sd::conv3x3, src/kernels/winograd_bf16.h): the tiny model's second level at 256x256. Its
+// weights are then left plain at load (prepack_convolutions), or the route could not run.
+// Its latents differ from --winograd off's by bf16 rounding alone: as near fp32's as theirs.
+TEST(BfloatFile, WinogradRunsWhereItPaysAndOffKeepsTheDirectConvolutions) {
+    if (!has_bf16_compute()) GTEST_SKIP() << "this CPU has no bf16 instructions";
+    auto latents = [](const std::string& size, const std::vector<std::string>& extra) {
+        const std::string out = sdtest::temp_dir();
+        std::vector<std::string> cmd = {sdtest::cli(), "--model", tiny_bf16(), "--prompt", "a red cube", "--seed", "3",
+                                        "--H", size, "--W", size, "--steps", "4", "--sampler", "ddim", "--threads",
+                                        "1", "--quiet", "--outdir", out, "--save-latents", out + "/latents.npy"};
+        cmd.insert(cmd.end(), extra.begin(), extra.end());
+        auto r = run(cmd);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return r.exit_code == 0 ? sdtest::load_tensor(out + "/latents.npy") : at::Tensor();
+    };
+    const auto on = latents("256", {"--precision", "bf16"});
+    const auto off = latents("256", {"--precision", "bf16", "--winograd", "off"});
+    const auto fp32 = latents("256", {"--precision", "fp32"});
+    ASSERT_TRUE(on.defined() && off.defined() && fp32.defined());
+    auto rel = [](const at::Tensor& a, const at::Tensor& b) { return ((a - b).norm() / b.norm()).item<double>(); };
+    EXPECT_GT(rel(on, off), 1e-4) << "the same latents: the Winograd route did not run";
+    EXPECT_LT(rel(on, fp32), 1.5 * rel(off, fp32) + 0.01) << "on " << rel(on, fp32) << ", off " << rel(off, fp32);
+    // At 64x64 no layer is large enough: the same convolutions, the same latents.
+    const auto small_on = latents("64", {"--precision", "bf16"});
+    const auto small_off = latents("64", {"--precision", "bf16", "--winograd", "off"});
+    ASSERT_TRUE(small_on.defined() && small_off.defined());
+    EXPECT_TRUE(at::equal(small_on, small_off));
+}
+
 // The plan and --verbose say how the text encoder is held: bf16 in a bf16 run, and at half its fp32 bytes.
 TEST(BfloatFile, BfloatRunHoldsTheTextEncoderInBf16) {
     if (!has_bf16_compute()) GTEST_SKIP() << "this CPU has no bf16 instructions";

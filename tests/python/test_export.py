@@ -203,6 +203,23 @@ class ExportTinyTest(unittest.TestCase):
         self.assertEqual(len(modes), 2 * 6)
         self.assertTrue(all(m == (1, 256) for m in modes))
 
+    def test_convolutions_know_where_they_run(self):
+        # latent_div: the UNet's layers at the latent's size / 1, / 2, ...; an Upsample's conv runs on
+        # the level above's size. The C++ program leaves bf16 weights plain where sd::conv3x3 takes them.
+        unet = load_stage(os.path.join(self.st_dir, "unet.pt"))
+        divs = {name: s.latent_div for name, s in unet.named_modules() if hasattr(s, "latent_div")}
+        second = ("input_blocks.4.", "input_blocks.5.", "middle_block.", "output_blocks.0.", "output_blocks.1.",
+                  "output_blocks.2.0.")  # tiny: channel_mult [1, 2]
+        self.assertGreater(len(divs), 30)
+        for name, div in divs.items():
+            with self.subTest(name):
+                self.assertEqual(div, 2 if name.startswith(second) else 1)
+        self.assertEqual(divs["output_blocks.2.1.conv"], 1)  # the upsampler's
+        unit = {name for name, s in unet.named_modules() if getattr(s, "unit_3x3", False)}
+        self.assertIn("input_blocks.1.0.in_layers.2", unit)
+        self.assertNotIn("input_blocks.3.0.op", unit)  # stride 2
+        self.assertNotIn("input_blocks.4.0.skip_connection", unit)  # 1x1
+
     def test_weights_live_beside_the_archive(self):
         # The C++ loader maps STAGE.weights instead of copying tensors out of STAGE.pt.
         for stage in ("text_encoder", "unet", "vae_decoder", "vae_encoder"):

@@ -432,6 +432,19 @@ TEST(Planner, LoraMergeCountsAtLoad) {
     EXPECT_GT(sd::predict(sd15(), r, 170 * MiB, s).peak(), sd::predict(sd15(), request(512, 1, 16 * GiB), 170 * MiB, s).peak() + 4 * GiB);
 }
 
+// bf16's Winograd convolutions keep their scratch while the UNet is loaded: counted with
+// its weights, so a plan that holds the UNet beside the VAE holds it there too.
+TEST(Planner, UnetScratchIsCountedWithItsWeights) {
+    auto r = request(512, 1, 16 * GiB);
+    const auto plain = sd::plan_memory(sd15(), r, 170 * MiB);
+    r.unet_scratch_bytes = 60 * MiB;
+    const auto p = sd::predict(sd15(), r, 170 * MiB, plain);
+    const auto q = sd::predict(sd15(), request(512, 1, 16 * GiB), 170 * MiB, plain);
+    EXPECT_DOUBLE_EQ(p.unet.weights - q.unet.weights, 60 * MiB);
+    EXPECT_DOUBLE_EQ(p.peak() - q.peak(), 60 * MiB);
+    EXPECT_GT(sd::conv_split_bytes(), 0);
+}
+
 TEST(VerboseReport, GivesTheWholeRunPeakAsTheLargestStage) {
     const auto plan = sd::plan_memory(sd15(), request(512, 1, 16 * GiB), 170 * MiB);
     sd::StagePeaks m;

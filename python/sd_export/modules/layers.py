@@ -84,6 +84,12 @@ class Conv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
         self.conv_split: int = 0
         self.weight_scale = None
+        # bf16 3x3 layers of stride 1 and padding 1 call sd::conv3x3 (ops.py), which the C++
+        # program runs by Winograd's algorithm; fp32 keeps the code below.
+        self.unit_3x3: bool = kernel_size == 3 and stride == 1 and padding == 1
+        # The UNet's: how much smaller than the latent the input is (1, 2, 4, ...), 0 elsewhere.
+        # The C++ program leaves the weight plain where sd::conv3x3 will take it (stage_loader.cpp).
+        self.latent_div: int = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -96,7 +102,7 @@ class Conv2d(nn.Conv2d):
             per_call = max(1, self.conv_split // (w[0].numel() * 4))
         scale = self.weight_scale
         if per_call >= out_ch:
-            return self._conv_forward(x, _expand(w, scale, x.dtype), _cast(self.bias, x.dtype))
+            return self._conv(x, _expand(w, scale, x.dtype), _cast(self.bias, x.dtype))
         parts: List[torch.Tensor] = []
         for start in range(0, out_ch, per_call):
             b = self.bias
@@ -105,8 +111,13 @@ class Conv2d(nn.Conv2d):
             part_scale = scale
             if part_scale is not None:
                 part_scale = part_scale[start:start + per_call]
-            parts.append(self._conv_forward(x, _expand(w[start:start + per_call], part_scale, x.dtype), b))
+            parts.append(self._conv(x, _expand(w[start:start + per_call], part_scale, x.dtype), b))
         return torch.cat(parts, 1)
+
+    def _conv(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+        if self.unit_3x3 and x.dtype == torch.bfloat16:
+            return torch.ops.sd.conv3x3(x, w, b)
+        return self._conv_forward(x, w, b)
 
 
 # The blocked route (sd_export/blocked_ops.py): the ResNet blocks, Upsample and

@@ -318,8 +318,15 @@ class UNetModel(nn.Module):
             heads, dim_head = attention_heads(ch, num_heads, num_head_channels)
             return SpatialTransformer(ch, heads, dim_head, depth, context_dim, use_linear_in_transformer)
 
+        def at_div(block: nn.Module, div: int) -> nn.Module:
+            """Marks the convolutions inside not yet marked as running at latent size / div."""
+            for m in block.modules():
+                if isinstance(m, Conv2d) and m.latent_div == 0:
+                    m.latent_div = div
+            return block
+
         self.input_blocks = nn.ModuleList(
-            [TimestepEmbedSequential(EmbConv2d(in_channels, model_channels, 3, padding=1))])
+            [at_div(TimestepEmbedSequential(EmbConv2d(in_channels, model_channels, 3, padding=1)), 1)])
         skip_channels = [model_channels]
         ch = model_channels
         ds = 1
@@ -329,15 +336,15 @@ class UNetModel(nn.Module):
                 ch = mult * model_channels
                 if ds in attention_resolutions:
                     layers.append(transformer(ch, depths[level]))
-                self.input_blocks.append(TimestepEmbedSequential(*layers))
+                self.input_blocks.append(at_div(TimestepEmbedSequential(*layers), ds))
                 skip_channels.append(ch)
             if level != len(channel_mult) - 1:
-                self.input_blocks.append(TimestepEmbedSequential(Downsample(ch)))
+                self.input_blocks.append(at_div(TimestepEmbedSequential(Downsample(ch)), ds))
                 skip_channels.append(ch)
                 ds *= 2
 
-        self.middle_block = TimestepEmbedSequential(
-            ResBlock(ch, emb_dim, ch, True), transformer(ch, depths[-1]), ResBlock(ch, emb_dim, ch))
+        self.middle_block = at_div(TimestepEmbedSequential(
+            ResBlock(ch, emb_dim, ch, True), transformer(ch, depths[-1]), ResBlock(ch, emb_dim, ch)), ds)
 
         self.output_blocks = nn.ModuleList([])
         for level, mult in list(enumerate(channel_mult))[::-1]:
@@ -347,12 +354,13 @@ class UNetModel(nn.Module):
                 ch = model_channels * mult
                 if ds in attention_resolutions:
                     layers.append(transformer(ch, depths[level]))
+                block_div = ds
                 if level and i == num_res_blocks:
-                    layers.append(Upsample(ch))
+                    layers.append(at_div(Upsample(ch), ds // 2))  # its conv runs on the upsampled input
                     ds //= 2
-                self.output_blocks.append(TimestepEmbedSequential(*layers))
+                self.output_blocks.append(at_div(TimestepEmbedSequential(*layers), block_div))
 
-        self.out = nn.Sequential(unet_norm(ch), nn.SiLU(), Conv2d(model_channels, out_channels, 3, padding=1))
+        self.out = at_div(nn.Sequential(unet_norm(ch), nn.SiLU(), Conv2d(model_channels, out_channels, 3, padding=1)), 1)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, context: torch.Tensor,
                 y: Optional[torch.Tensor] = None) -> torch.Tensor:
