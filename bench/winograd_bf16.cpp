@@ -1,5 +1,6 @@
 // The bf16 Winograd F(2x2, 3x3) route (src/kernels/winograd_bf16.cpp) against
-// LibTorch's bf16 convolution (oneDNN's direct one) at the 3x3 shapes of SD 1.5's
+// LibTorch's bf16 convolution (oneDNN's direct one; its weight reordered on each call,
+// and once, as the CLI's prepacked layers hold it) at the 3x3 shapes of SD 1.5's
 // UNet, guided batch of 2 at 512². GFLOP/s counted at the direct convolution's
 // FLOPs. Error: relative RMS difference from an fp32 convolution of the same bf16
 // values, for both routes.
@@ -47,8 +48,9 @@ int main(int argc, char** argv) {
         {"level 3 (8², 1280->728: a split call)", 2, 1280, 728, 8}, {"level 2 (16², 1280->728: a split call)", 2, 1280, 728, 16},
     };
     std::printf("%d threads; GFLOP/s at the direct FLOPs; relative RMS error from fp32\n\n", threads);
-    std::printf("| shape | LibTorch bf16 | Winograd bf16 | ratio | error direct | error Winograd |\n");
-    std::printf("|---|---|---|---|---|---|\n");
+    std::printf("| shape | LibTorch bf16 | prepacked bf16 | Winograd bf16 | Winograd / prepacked | error direct | "
+                "error Winograd |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
     const int only = argc > 2 ? std::atoi(argv[2]) : -1;  // one shape's index alone (for perf)
     for (const auto& s : shapes) {
         if (only >= 0 && &s != &shapes[only]) continue;
@@ -59,6 +61,10 @@ int main(int argc, char** argv) {
         const auto want = at::conv2d(x.to(at::kFloat), w.to(at::kFloat), b.to(at::kFloat), 1, 1);
         at::Tensor direct;
         const double t_direct = best_seconds([&] { direct = at::conv2d(x, w, b, 1, 1); }, 5);
+        // The weight in oneDNN's layout once, as the CLI's prepacked layers hold it.
+        const auto packed = at::mkldnn_reorder_conv2d_weight(w.to_mkldnn(), {1, 1}, {1, 1}, {1, 1}, 1);
+        const double t_packed = best_seconds(
+            [&] { at::mkldnn_convolution(x.to_mkldnn(), packed, b, {1, 1}, {1, 1}, {1, 1}, 1).to_dense(); }, 5);
         auto y = at::empty({s.n, s.oc, s.h, s.h}, x.options());
         const auto bits = [](const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
         bool ran = sd::kernels::winograd_bf16_runs(s.n, s.ic, s.oc, s.h, s.h);
@@ -66,8 +72,9 @@ int main(int argc, char** argv) {
             [&] { ran = sd::kernels::winograd_bf16_conv3x3(bits(x), s.n, s.ic, s.h, s.h, bits(w), s.oc, bits(b), bits(y)); },
             5);
         const double flops = 2.0 * s.n * s.h * s.h * s.oc * s.ic * 9;
-        std::printf("| %s | %.0f | %.0f | %.2fx | %.3g | %.3g |%s\n", s.where, flops / t_direct / 1e9,
-                    flops / t_wino / 1e9, t_direct / t_wino, rel_rms(direct, want), rel_rms(y, want),
+        std::printf("| %s | %.0f | %.0f | %.0f | %.2fx | %.3g | %.3g |%s\n", s.where, flops / t_direct / 1e9,
+                    flops / t_packed / 1e9, flops / t_wino / 1e9, t_packed / t_wino, rel_rms(direct, want),
+                    rel_rms(y, want),
                     ran ? "" : " (the route would not run it)");
     }
     return 0;

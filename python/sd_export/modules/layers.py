@@ -84,8 +84,8 @@ class Conv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
         self.conv_split: int = 0
         self.weight_scale = None
-        # bf16 3x3 layers of stride 1 and padding 1 call sd::conv3x3 (ops.py), which the C++
-        # program runs by Winograd's algorithm; fp32 keeps the code below.
+        # The UNet's bf16 3x3 layers of stride 1 and padding 1 call sd::conv3x3 (ops.py), which
+        # the C++ program runs by Winograd's algorithm; fp32 and the VAE keep the code below.
         self.unit_3x3: bool = kernel_size == 3 and stride == 1 and padding == 1
         # The UNet's: how much smaller than the latent the input is (1, 2, 4, ...), 0 elsewhere.
         # The C++ program leaves the weight plain where sd::conv3x3 will take it (stage_loader.cpp).
@@ -115,7 +115,7 @@ class Conv2d(nn.Conv2d):
         return torch.cat(parts, 1)
 
     def _conv(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
-        if self.unit_3x3 and x.dtype == torch.bfloat16:
+        if self.unit_3x3 and self.latent_div > 0 and x.dtype == torch.bfloat16:
             return torch.ops.sd.conv3x3(x, w, b)
         return self._conv_forward(x, w, b)
 
