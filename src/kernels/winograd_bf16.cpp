@@ -29,14 +29,6 @@ namespace {
 constexpr int64_t kChunkTiles = 512;
 constexpr int64_t kChunkBytes = 32 << 20;
 
-// The stride, in values of `bytes` each, between the 16 planes of U, V or M: whole pages
-// and one cache line more. A transform touches all 16 at once; planes a multiple of 4 KiB
-// apart would all fall in the same cache sets and evict one another.
-int64_t plane_stride(int64_t values, int64_t bytes) {
-    const int64_t page = 4096 / bytes, line = 64 / bytes;
-    return (values + page - 1) / page * page + line;
-}
-
 #define SD_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 SD_BF16_TARGET inline __m512 bf16_low(__m512i pairs) { return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)); }
@@ -65,14 +57,14 @@ SD_BF16_TARGET inline __m512 gather_tap(const uint16_t* g, int t, __mmask16 m, b
         return _mm512_load_ps(taps);
     }
     const __m512i at = _mm512_setr_epi32(0, 9, 18, 27, 36, 45, 54, 63, 72, 81, 90, 99, 108, 117, 126, 135);
-    return bf16_low(
-        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_add_epi32(at, _mm512_set1_epi32(t)), g, 2));
+    return bf16_low(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_add_epi32(at, _mm512_set1_epi32(t)),
+                                                g, 2));
 }
 
 // U = G g Gᵀ for every (out, in) pair, into u [16][oc][ic]: 16 input channels at a
 // time.
 SD_BF16_TARGET void transform_weights(const uint16_t* weight, int64_t oc, int64_t ic, uint16_t* u) {
-    const int64_t plane = plane_stride(oc * ic, 2);
+    const int64_t plane = oc * ic;
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < oc; ++o) {
         for (int64_t i = 0; i < ic; i += 16) {
@@ -126,7 +118,7 @@ struct Chunk {
 // V = Bᵀ d B for the chunk's tiles of channel c, into v [16][ic][tiles].
 SD_BF16_TARGET void transform_input(const uint16_t* x, int64_t ic, int64_t c, const Chunk& k, uint16_t* row_buf,
                                     uint16_t* v) {
-    const int64_t tiles = k.tiles(), tile_rows = k.h / 2, stride = plane_stride(ic * tiles, 2);
+    const int64_t tiles = k.tiles(), tile_rows = k.h / 2, stride = ic * tiles;
     const int64_t row_len = k.w + 2;  // row_buf: four rows of w + 2 values, zero at both ends
     for (int64_t r = 0; r < k.rows; ++r) {
         const int64_t image = (k.row0 + r) / tile_rows, ti = (k.row0 + r) % tile_rows;
@@ -159,8 +151,9 @@ SD_BF16_TARGET void transform_input(const uint16_t* x, int64_t ic, int64_t c, co
 }
 
 // Y = Aᵀ M A + bias for the chunk's tiles of output channel o, from m [16][oc][tiles].
-SD_BF16_TARGET void transform_output(const float* mm, int64_t oc, int64_t o, float bias, const Chunk& k, uint16_t* y) {
-    const int64_t tiles = k.tiles(), tile_rows = k.h / 2, stride = plane_stride(oc * tiles, 4);
+SD_BF16_TARGET void transform_output(const float* mm, int64_t oc, int64_t o, float bias, const Chunk& k,
+                                     uint16_t* y) {
+    const int64_t tiles = k.tiles(), tile_rows = k.h / 2, stride = oc * tiles;
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     const __m512 vb = _mm512_set1_ps(bias);
@@ -217,9 +210,9 @@ std::shared_ptr<const Products> products_for(int64_t oc, int64_t ic, int64_t til
     auto& slot = cache[{oc, ic, tiles}];
     if (!slot) {
         auto p = std::make_shared<Products>();
-        p->u = md({16, oc, ic}, dt::bf16, {plane_stride(oc * ic, 2), ic, 1});
-        p->v = md({16, ic, tiles}, dt::bf16, {plane_stride(ic * tiles, 2), tiles, 1});
-        p->m = md({16, oc, tiles}, dt::f32, {plane_stride(oc * tiles, 4), tiles, 1});
+        p->u = md({16, oc, ic}, dt::bf16, tag::abc);
+        p->v = md({16, ic, tiles}, dt::bf16, tag::abc);
+        p->m = md({16, oc, tiles}, dt::f32, tag::abc);
         p->mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->u, p->v, p->m), engine()));
         slot = p;
     }
@@ -280,9 +273,9 @@ bool winograd_bf16_conv3x3(const uint16_t* x, int64_t n, int64_t ic, int64_t h, 
     const int64_t rows = (total_rows + chunks - 1) / chunks;  // even chunks: fewer primitives
     Scratch& s = scratch();
     std::lock_guard<std::mutex> lock(s.mu);
-    grow(s.u, 16 * plane_stride(oc * ic, 2));
-    grow(s.v, 16 * plane_stride(ic * rows * across, 2));
-    grow(s.m, 16 * plane_stride(oc * rows * across, 4));
+    grow(s.u, 16 * oc * ic);
+    grow(s.v, 16 * ic * rows * across);
+    grow(s.m, 16 * oc * rows * across);
     uint16_t* const up = s.u.data();
     uint16_t* const vp = s.v.data();
     float* const mp = s.m.data();
