@@ -178,7 +178,8 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
         r.winograd = options_.winograd;
     r.winograd_added_floats = winograd_added_floats();
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
-    if (cpu && stages_->compute_type() == at::kBFloat16 && options_.winograd.value_or(true))
+    if (cpu && stages_->compute_type() == at::kBFloat16 && options_.winograd.value_or(true) &&
+        kernels::winograd_bf16_available())
         r.unet_scratch_bytes =
             static_cast<double>(kernels::winograd_bf16_scratch_bytes(static_cast<int64_t>(conv_split_bytes() / 4)));
     return r;

@@ -8,10 +8,13 @@
 
 namespace sd::kernels {
 
+// Whether the route runs here at all: avx512_bf16 without AMX, and oneDNN in this build.
+bool winograd_bf16_available();
 // Whether the route runs a convolution of n images of ic channels, h x w, to oc
-// channels here: a CPU with bf16 instructions (as oneDNN sees it), oneDNN in this
-// build, even h and w, and a problem large enough to gain (the UNet's two upper
-// levels at 512²; not the first and last layers' few channels).
+// channels here: where available (as oneDNN sees the CPU: an AMX CPU under
+// DNNL_MAX_CPU_ISA=AVX512_CORE_BF16 counts), even h and w, and a problem large
+// enough to gain (16x16 pixels and more: SD 1.5's three upper UNet levels at 512²;
+// 64 channels and more: not the first and last layers).
 bool winograd_bf16_runs(int64_t n, int64_t ic, int64_t oc, int64_t h, int64_t w);
 
 // The most scratch a call holds beside its input and output, for a weight of
@@ -21,8 +24,8 @@ int64_t winograd_bf16_scratch_bytes(int64_t weight_values);
 void winograd_bf16_release();
 
 // y [n][oc][h][w] = conv3x3(x [n][ic][h][w], weight [oc][ic][3][3], padding 1) + bias
-// ([oc] or null), all dense bf16 (the bits as uint16). Only where winograd_bf16_runs.
-// Runs on the calling thread's OpenMP thread count. False where oneDNN refused the
+// ([oc] or null), all dense bf16 (the bits as uint16). Even h and w, on a CPU with
+// avx512_bf16 (AMX or not). Runs on the calling thread's OpenMP thread count. False where oneDNN refused the
 // products (y is then unwritten).
 bool winograd_bf16_conv3x3(const uint16_t* x, int64_t n, int64_t ic, int64_t h, int64_t w, const uint16_t* weight,
                            int64_t oc, const uint16_t* bias, uint16_t* y);
