@@ -17,6 +17,8 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+#include "kernels/dnnl_engine.h"
 #endif
 
 namespace sd::kernels {
@@ -101,11 +103,6 @@ namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-dnnl::engine& cpu_engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
-
 tag act_tag(int block) { return block == 16 ? tag::nChw16c : tag::nChw8c; }
 tag weight_tag(int block) { return block == 16 ? tag::OIhw16i16o : tag::OIhw8i8o; }
 
@@ -128,7 +125,7 @@ dnnl::convolution_forward::primitive_desc conv_pd(const ConvShape& s, dnnl::algo
         ops.append_sum(1.0f);
         attr.set_post_ops(ops);
     }
-    return dnnl::convolution_forward::primitive_desc(d, attr, cpu_engine());
+    return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_cpu_engine());
 }
 
 // Primitives cost far more to make than a small one takes to run; a run uses
@@ -151,7 +148,7 @@ std::shared_ptr<const dnnl::convolution_forward> conv_primitive(const ConvShape&
 }
 
 void reorder(const dnnl::memory::desc& from, const float* x, const dnnl::memory::desc& to, float* y) {
-    auto& eng = cpu_engine();
+    auto& eng = dnnl_cpu_engine();
     dnnl::memory src(from, eng, const_cast<float*>(x)), dst(to, eng, y);
     dnnl::stream s(eng);
     dnnl::reorder(src, dst).execute(s, src, dst);
@@ -432,7 +429,7 @@ bool conv_blocked(const ConvShape& s, const float* src, const float* packed_weig
         }
     }
     if (!packed_weights) throw std::invalid_argument("conv_blocked: no direct weight, and no Winograd form for it");
-    auto& eng = cpu_engine();
+    auto& eng = dnnl_cpu_engine();
     const dnnl::memory::desc sd({s.n, s.ic, s.ih, s.iw}, dt::f32, act_tag(s.block));
     const dnnl::memory::desc dd({s.n, s.oc, s.oh(), s.ow()}, dt::f32, act_tag(s.block));
     std::shared_ptr<const WinogradPrimitive> wino;

@@ -8,11 +8,18 @@
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+
+#include "kernels/dnnl_engine.h"
 #endif
 
 namespace sd::kernels {
 
 #if SD_HAVE_DNNL
+
+dnnl::engine& dnnl_cpu_engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
 
 namespace {
 
@@ -23,11 +30,6 @@ struct Primitive {
     dnnl::inner_product_forward ip;
     dnnl::memory::desc src, weights, bias, dst;
 };
-
-dnnl::engine& cpu_engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
 
 // Building a primitive costs far more than running a small one, and a run
 // uses a handful of shapes (one per layer width and token count).
@@ -53,7 +55,7 @@ std::shared_ptr<const Primitive> primitive_for(int64_t rows, int64_t in, int64_t
         has_bias
             ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src, p.weights, p.bias, p.dst)
             : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src, p.weights, p.dst);
-    p.ip = dnnl::inner_product_forward(dnnl::inner_product_forward::primitive_desc(d, cpu_engine()));
+    p.ip = dnnl::inner_product_forward(dnnl::inner_product_forward::primitive_desc(d, dnnl_cpu_engine()));
     cache.emplace(key, made);
     return made;
 }
@@ -65,7 +67,7 @@ bool linear_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_
     try {
         const auto prim = primitive_for(rows, in, out, bias != nullptr);
         const Primitive& p = *prim;
-        auto& eng = cpu_engine();
+        auto& eng = dnnl_cpu_engine();
         // oneDNN's memory objects only point at the caller's arrays.
         dnnl::memory src(p.src, eng, const_cast<float*>(x));
         dnnl::memory wei(p.weights, eng, const_cast<float*>(w));

@@ -15,6 +15,9 @@
 #include <mutex>
 #include <tuple>
 #include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/dnnl_engine.h"
 #endif
 
 namespace sd::kernels {
@@ -37,13 +40,6 @@ SD_BF16_TARGET inline __m512 bf16_high(__m512i pairs) {
 }
 SD_BF16_TARGET inline void store_bf16(uint16_t* p, __m512 v, __mmask16 m) {
     _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-}
-
-float bf16_to_float(uint16_t b) {
-    const uint32_t u = static_cast<uint32_t>(b) << 16;
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
 }
 
 // Tap t of the 16 input channels from g ([16][3][3]): values 9 apart, gathered as
@@ -71,7 +67,7 @@ SD_BF16_TARGET void transform_weights(const uint16_t* weight, int64_t oc, int64_
             const int64_t count = std::min<int64_t>(16, ic - i);
             const __mmask16 m = static_cast<__mmask16>((1u << count) - 1);
             const uint16_t* g = weight + (o * ic + i) * 9;
-            // The last word of the weight would be read past its end (gather_taps).
+            // The last word of the weight would be read past its end (gather_tap).
             const bool last = o == oc - 1 && i + 16 >= ic;
             const __m512 half = _mm512_set1_ps(0.5f);
             __m512 r[3][4];  // each row of g transformed: r[row][q]
@@ -110,8 +106,8 @@ SD_BF16_TARGET inline void row_transform(const uint16_t* b, int64_t j, __mmask16
 }
 
 struct Chunk {
-    int64_t n, h, w, across;  // images, their size, tiles in a row
-    int64_t row0, rows;       // tile rows (counted over every image) in this chunk
+    int64_t h, w, across;  // the images' size, tiles in a row
+    int64_t row0, rows;    // tile rows (counted over every image) in this chunk
     int64_t tiles() const { return rows * across; }
 };
 
@@ -194,11 +190,6 @@ struct Products {
     dnnl::memory::desc u, v, m;
 };
 
-dnnl::engine& engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
-
 std::shared_ptr<const Products> products_for(int64_t oc, int64_t ic, int64_t tiles) {
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
@@ -212,7 +203,7 @@ std::shared_ptr<const Products> products_for(int64_t oc, int64_t ic, int64_t til
         p->u = md({16, oc, ic}, dt::bf16, tag::abc);
         p->v = md({16, ic, tiles}, dt::bf16, tag::abc);
         p->m = md({16, oc, tiles}, dt::f32, tag::abc);
-        p->mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->u, p->v, p->m), engine()));
+        p->mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->u, p->v, p->m), dnnl_cpu_engine()));
         slot = p;
     }
     return slot;
@@ -289,9 +280,10 @@ bool winograd_bf16_conv3x3(const uint16_t* x, int64_t n, int64_t ic, int64_t h, 
         for (int64_t o = 0; o < oc; ++o) b[o] = bf16_to_float(bias[o]);
     transform_weights(weight, oc, ic, up);
     try {
-        dnnl::stream stream(engine());
+        auto& eng = dnnl_cpu_engine();
+        dnnl::stream stream(eng);
         for (int64_t row0 = 0; row0 < total_rows; row0 += rows) {
-            const Chunk k{n, h, w, across, row0, std::min(rows, total_rows - row0)};
+            const Chunk k{h, w, across, row0, std::min(rows, total_rows - row0)};
             const auto p = products_for(oc, ic, k.tiles());
 #pragma omp parallel
             {
@@ -299,7 +291,7 @@ bool winograd_bf16_conv3x3(const uint16_t* x, int64_t n, int64_t ic, int64_t h, 
 #pragma omp for schedule(static)
                 for (int64_t c = 0; c < ic; ++c) transform_input(x, ic, c, k, row_buf.data(), vp);
             }
-            dnnl::memory um(p->u, engine(), up), vm(p->v, engine(), vp), mm(p->m, engine(), mp);
+            dnnl::memory um(p->u, eng, up), vm(p->v, eng, vp), mm(p->m, eng, mp);
             p->mm.execute(stream, {{DNNL_ARG_SRC, um}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, mm}});
             stream.wait();
 #pragma omp parallel for schedule(static)
