@@ -1,7 +1,8 @@
 // The bf16 Winograd F(2x2, 3x3) route (src/kernels/winograd_bf16.cpp) against
 // LibTorch's bf16 convolution (oneDNN's direct one; its weight reordered on each call,
 // and once, as the CLI's prepacked layers hold it) at the 3x3 shapes of SD 1.5's
-// UNet, guided batch of 2 at 512². GFLOP/s counted at the direct convolution's
+// UNet (guided batch of 2 at 512²) and VAE decoder (one 512² image; indexes 10-17).
+// GFLOP/s counted at the direct convolution's
 // FLOPs. Error: relative RMS difference from an fp32 convolution of the same bf16
 // values, for both routes.
 //
@@ -46,6 +47,11 @@ int main(int argc, char** argv) {
         {"up level 1 (32², 1280->640)", 2, 1280, 640, 32}, {"upsampler to level 1 (32², 1280)", 2, 1280, 1280, 32},
         {"level 2 (16², 1280)", 2, 1280, 1280, 16},  {"level 0, 1 image", 1, 320, 320, 64},
         {"level 3 (8², 1280->728: a split call)", 2, 1280, 728, 8}, {"level 2 (16², 1280->728: a split call)", 2, 1280, 728, 16},
+        // the VAE decoder's at 512² (one image)
+        {"VAE 64², 512", 1, 512, 512, 64},           {"VAE 128², 512", 1, 512, 512, 128},
+        {"VAE upsampler to 256², 512", 1, 512, 512, 256}, {"VAE 256², 512->256", 1, 512, 256, 256},
+        {"VAE 256², 256", 1, 256, 256, 256},          {"VAE upsampler to 512², 256", 1, 256, 256, 512},
+        {"VAE 512², 256->128", 1, 256, 128, 512},     {"VAE 512², 128", 1, 128, 128, 512},
     };
     std::printf("%d threads; GFLOP/s at the direct FLOPs; relative RMS error from fp32\n\n", threads);
     std::printf("| shape | LibTorch bf16 | prepacked bf16 | Winograd bf16 | Winograd / prepacked | error direct | "

@@ -183,7 +183,7 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         // the ResNet blocks on blocked activations, then the other convolutions
         const bool vae_stage = path == config_.vae_decoder_path || path == config_.vae_encoder_path;
         prepack_blocked(*slot, unet ? winograd_ : WinogradChoice{{}, vae_stage && vae_winograd_}, &winograd_layers);
-        prepack_convolutions(*slot, unet ? bf16_latent_h_ : 0, unet ? bf16_latent_w_ : 0);
+        prepack_convolutions(*slot, bf16_latent_h_, bf16_latent_w_);
         use_fused_rows(*slot);  // fp32's one-pass GEGLU gate
         if (&slot == &vae_decoder_) vae_packed_ = true;
         if (unet) {
@@ -199,10 +199,13 @@ void LoadedStages::release(Slot& slot) {
     if (&slot == &unet_) {
         unet_packed_ = false;
         unet_winograd_levels_ = 0;
-        kernels::winograd_bf16_release();  // its layers' scratch
     }
     if (&slot == &vae_decoder_) vae_packed_ = false;
     slot.reset();
+    // bf16 Winograd's scratch, shared by the UNet's and the VAE's layers, goes with the UNet,
+    // or with a VAE stage run without it.
+    if (&slot == &unet_ || (!unet_ && (&slot == &vae_decoder_ || &slot == &vae_encoder_)))
+        kernels::winograd_bf16_release();
     release_free_memory();
 }
 

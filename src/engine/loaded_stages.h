@@ -72,8 +72,8 @@ public:
     // --winograd for the VAE encoder and decoder loaded next (with --prepack): their 3x3
     // convolutions by the own route with weights made per call (no memory held).
     void set_vae_winograd(bool on) { vae_winograd_ = on; }
-    // The latent size a bf16 UNet loads for: its layers that sd::conv3x3 runs by Winograd
-    // at that size keep plain weights (prepack_convolutions).
+    // The latent size a bf16 UNet or VAE loads for: its layers that sd::conv3x3 runs by
+    // Winograd at that size keep plain weights (prepack_convolutions).
     void set_bf16_winograd_latent(int64_t h, int64_t w) { bf16_latent_h_ = h, bf16_latent_w_ = w; }
     bool winograd_applies_to_unet() const;
     int unet_winograd_levels() const { return unet_winograd_levels_; }

@@ -179,9 +179,12 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     r.winograd_added_floats = winograd_added_floats();
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
     if (cpu && stages_->compute_type() == at::kBFloat16 && options_.winograd.value_or(true) &&
-        kernels::winograd_bf16_available())
+        kernels::winograd_bf16_available()) {
         r.unet_scratch_bytes =
             static_cast<double>(kernels::winograd_bf16_scratch_bytes(static_cast<int64_t>(conv_split_bytes() / 4)));
+        const int64_t vae_ch = memory_.vae_mid_channels;  // the VAE's widest 3x3 layers
+        r.vae_scratch_bytes = static_cast<double>(kernels::winograd_bf16_scratch_bytes(vae_ch * vae_ch * 9));
+    }
     return r;
 }
 

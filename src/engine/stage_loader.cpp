@@ -322,14 +322,17 @@ std::vector<int64_t> int_list(const c10::IValue& v) {
 
 namespace {
 
-// Whether sd::conv3x3 will take this bf16 layer by Winograd at the latent size given.
+// Whether sd::conv3x3 will take this bf16 layer by Winograd at the latent size given: the
+// UNet's layers run at latent / latent_div, the VAE's at latent x latent_mul (exports made
+// before the VAE's took the route have no latent_mul).
 bool runs_bf16_winograd(const torch::jit::Module& conv, const at::Tensor& w, int64_t latent_h, int64_t latent_w) {
     if (latent_h <= 0 || latent_w <= 0 || w.scalar_type() != at::kBFloat16 || !conv.hasattr("unit_3x3") ||
-        !conv.hasattr("latent_div") || !conv.attr("unit_3x3").toBool())
+        !conv.hasattr("latent_div") || !conv.attr("unit_3x3").toBool() || !bf16_winograd_enabled())
         return false;
     const int64_t div = conv.attr("latent_div").toInt();
-    return div > 0 && bf16_winograd_enabled() &&
-           kernels::winograd_bf16_runs(1, w.size(1), w.size(0), latent_h / div, latent_w / div);
+    const int64_t mul = conv.hasattr("latent_mul") ? conv.attr("latent_mul").toInt() : 0;
+    if (div > 0) return kernels::winograd_bf16_runs(1, w.size(1), w.size(0), latent_h / div, latent_w / div);
+    return mul > 0 && kernels::winograd_bf16_runs(1, w.size(1), w.size(0), latent_h * mul, latent_w * mul);
 }
 
 }  // namespace

@@ -49,9 +49,9 @@ void set_layer_memory(torch::jit::Module& m, int ff_chunk, int64_t conv_split);
 // LibTorch 1.13 otherwise reorders each weight on every call. Only for fp32
 // weights on the CPU, or bf16 ones where the CPU has bf16 instructions; the file pages of each dense weight are handed
 // back as it is replaced, so memory does not grow. Returns the count replaced.
-// latent_h, latent_w (> 0): the latent size the UNet is about to run at; a bf16 3x3
-// layer that sd::conv3x3 will run by Winograd at that size (the layer's `latent_div`
-// says where it runs) keeps its plain weight, which that route reads.
+// latent_h, latent_w (> 0): the latent size the UNet or VAE is about to run at; a bf16 3x3
+// layer that sd::conv3x3 will run by Winograd at that size (the layer's `latent_div` or
+// `latent_mul` says where it runs) keeps its plain weight, which that route reads.
 int prepack_convolutions(torch::jit::Module& m, int64_t latent_h = 0, int64_t latent_w = 0);
 
 // Switches every module of m that can run as one blocked operator (the

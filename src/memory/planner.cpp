@@ -392,6 +392,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     const double tw = p.vae_tile > 0 ? std::min<double>(w, p.vae_tile) : w;
     auto vae_stage = [&](StagePrediction& s, double file) {
         weights(s, file, r.half_weights);
+        s.weights += r.vae_scratch_bytes;
         const double pixels = th * tw * m.downsample * m.downsample;
         s.activations =
             pixels * 4.0 * (kVaeFloatsPerChannel + (p.prepack ? kVaePrepackFloatsPerChannel : 0.0)) * m.vae_ch;

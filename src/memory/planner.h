@@ -39,9 +39,10 @@ struct MemoryRequest {
     // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
     double text_lora_bytes = 0, unet_lora_bytes = 0;
     bool encode = false;  // the batch runs the VAE encoder on a height x width picture
-    // Scratch the UNet's layers keep from call to call while it is loaded: bf16's Winograd
-    // convolutions (kernels/winograd_bf16.h), for a layer of conv_split_bytes() at most.
-    double unet_scratch_bytes = 0;
+    // Scratch the UNet's and the VAE's layers keep from call to call while they are loaded:
+    // bf16's Winograd convolutions (kernels/winograd_bf16.h), for the stage's largest layer (the
+    // UNet's: conv_split_bytes() at most).
+    double unet_scratch_bytes = 0, vae_scratch_bytes = 0;
 };
 
 // The most weight bytes (counted at 4 a value) one convolution call takes in every

@@ -13,6 +13,8 @@
 #include <torch/cuda.h>
 
 #include "engine/block_cache.h"
+#include "engine/operators.h"
+#include "engine/stage_loader.h"
 #include "conformance_util.h"
 #include "sd/error.h"
 #include "io/image_io.h"
@@ -336,6 +338,41 @@ TEST(BfloatFile, WinogradRunsWhereItPaysAndOffKeepsTheDirectConvolutions) {
     const auto small_off = latents("64", {"--precision", "bf16", "--winograd", "off"});
     ASSERT_TRUE(small_on.defined() && small_off.defined());
     EXPECT_TRUE(at::equal(small_on, small_off));
+}
+
+// The VAE's bf16 3x3 layers take the same route at the sizes they run at (latent x latent_mul):
+// the tiny VAE's 64-channel levels at a 32x32 latent, in the decoder and the encoder. Their
+// weights stay plain for it, and the result stays as near fp32's as the direct bf16
+// convolutions keep it.
+TEST(BfloatFile, VaeTakesTheWinogradRouteWhereItRuns) {
+    if (!has_bf16_compute()) GTEST_SKIP() << "this CPU has no bf16 instructions";
+    c10::InferenceMode guard;
+    sd::set_bf16_winograd(true);
+    at::manual_seed(5);
+    const std::pair<std::string, at::Tensor> stages[] = {{"vae_decoder", at::randn({1, 4, 32, 32})},
+                                                         {"vae_encoder", at::rand({1, 3, 256, 256}) * 2 - 1}};
+    for (const auto& [name, input] : stages) {
+        SCOPED_TRACE(name);
+        const std::string path = tiny_bf16() + "/" + name + ".pt";
+        auto fp32 = sd::load_stage(path, at::kFloat);  // the same bf16 values, widened
+        auto routed = sd::load_stage(path, at::kBFloat16), direct = sd::load_stage(path, at::kBFloat16);
+        const int packed_routed = sd::prepack_convolutions(routed, 32, 32);
+        const int packed_direct = sd::prepack_convolutions(direct, 0, 0);  // no size: every layer prepacked
+        const auto want = fp32.forward({input}).toTensor();
+        const auto on = routed.forward({input.to(at::kBFloat16)}).toTensor().to(at::kFloat);
+        const auto off = direct.forward({input.to(at::kBFloat16)}).toTensor().to(at::kFloat);
+        ASSERT_EQ(on.sizes(), want.sizes());
+        auto rel = [](const at::Tensor& a, const at::Tensor& b) { return ((a - b).norm() / b.norm()).item<double>(); };
+        if (cpu_shows_amx()) {  // AMX keeps oneDNN's direct convolutions (kernels/winograd_bf16.h)
+            EXPECT_EQ(packed_routed, packed_direct);
+            EXPECT_TRUE(at::equal(on, off));
+        } else {
+            // the 64-channel levels' ResnetBlocks (two 3x3 layers each), mid's two blocks
+            EXPECT_GE(packed_direct - packed_routed, 8) << packed_routed << " of " << packed_direct << " prepacked";
+            EXPECT_GT(rel(on, off), 1e-4) << "the same result: the Winograd route did not run";
+        }
+        EXPECT_LT(rel(on, want), 1.5 * rel(off, want) + 0.005) << "on " << rel(on, want) << ", off " << rel(off, want);
+    }
 }
 
 // The plan and --verbose say how the text encoder is held: bf16 in a bf16 run, and at half its fp32 bytes.

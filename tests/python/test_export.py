@@ -220,6 +220,33 @@ class ExportTinyTest(unittest.TestCase):
         self.assertNotIn("input_blocks.3.0.op", unit)  # stride 2
         self.assertNotIn("input_blocks.4.0.skip_connection", unit)  # 1x1
 
+    def test_vae_convolutions_know_where_they_run(self):
+        # latent_mul: the VAE's layers at the latent's size x 1, 2, 4, 8 (tiny: 4 levels, like SD's);
+        # an upsampler's conv runs on its level's size x 2. The UNet's layers have none.
+        dec = load_stage(os.path.join(self.st_dir, "vae_decoder.pt"))
+        muls = {name: s.latent_mul for name, s in dec.named_modules() if hasattr(s, "latent_mul")}
+        self.assertGreater(len(muls), 20)
+        for name, mul in muls.items():
+            with self.subTest(name):
+                want = {"decoder.conv_in": 1, "decoder.conv_out": 8}.get(name)
+                if name.startswith("decoder.mid."):
+                    want = 1
+                elif name.startswith("decoder.up."):
+                    level = int(name.split(".")[2])  # up.0 is the finest
+                    want = 2 ** (3 - level) * (2 if ".upsample." in name else 1)
+                if name == "post_quant_conv":
+                    want = 0  # 1x1, before the decoder
+                self.assertEqual(mul, want)
+        enc = load_stage(os.path.join(self.st_dir, "vae_encoder.pt"))
+        enc_muls = {name: s.latent_mul for name, s in enc.named_modules() if hasattr(s, "latent_mul")}
+        self.assertEqual(enc_muls["encoder.conv_in"], 8)
+        self.assertEqual(enc_muls["encoder.down.0.block.0.conv1"], 8)
+        self.assertEqual(enc_muls["encoder.down.2.block.0.conv1"], 2)
+        self.assertEqual(enc_muls["encoder.mid.block_2.conv2"], 1)
+        self.assertEqual(enc_muls["encoder.conv_out"], 1)
+        unet = load_stage(os.path.join(self.st_dir, "unet.pt"))
+        self.assertEqual({s.latent_mul for _, s in unet.named_modules() if hasattr(s, "latent_mul")}, {0})
+
     def test_weights_live_beside_the_archive(self):
         # The C++ loader maps STAGE.weights instead of copying tensors out of STAGE.pt.
         for stage in ("text_encoder", "unet", "vae_decoder", "vae_encoder"):

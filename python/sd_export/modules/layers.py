@@ -84,12 +84,14 @@ class Conv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
         self.conv_split: int = 0
         self.weight_scale = None
-        # The UNet's bf16 3x3 layers of stride 1 and padding 1 call sd::conv3x3 (ops.py), which
-        # the C++ program runs by Winograd's algorithm; fp32 and the VAE keep the code below.
+        # The UNet's and the VAE's bf16 3x3 layers of stride 1 and padding 1 call sd::conv3x3
+        # (ops.py), which the C++ program runs by Winograd's algorithm; fp32 keeps the code below.
         self.unit_3x3: bool = kernel_size == 3 and stride == 1 and padding == 1
-        # The UNet's: how much smaller than the latent the input is (1, 2, 4, ...), 0 elsewhere.
-        # The C++ program leaves the weight plain where sd::conv3x3 will take it (stage_loader.cpp).
+        # Where the input's size is, from the latent's: the UNet's layers at latent / latent_div
+        # (1, 2, 4, ...), the VAE's at latent x latent_mul (1, 2, 4, 8); 0 and 0 elsewhere. The C++
+        # program leaves the weight plain where sd::conv3x3 will take it (stage_loader.cpp).
         self.latent_div: int = 0
+        self.latent_mul: int = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -115,7 +117,7 @@ class Conv2d(nn.Conv2d):
         return torch.cat(parts, 1)
 
     def _conv(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
-        if self.unit_3x3 and self.latent_div > 0 and x.dtype == torch.bfloat16:
+        if self.unit_3x3 and (self.latent_div > 0 or self.latent_mul > 0) and x.dtype == torch.bfloat16:
             return torch.ops.sd.conv3x3(x, w, b)
         return self._conv_forward(x, w, b)
 

@@ -124,6 +124,14 @@ class VAEUpsample(nn.Module):
         return self.conv(F.interpolate(plain_layout(x), scale_factor=2.0, mode="nearest"))
 
 
+def at_mul(block: nn.Module, mul: int) -> nn.Module:
+    """Marks the convolutions inside not yet marked as running at latent size x mul (layers.py)."""
+    for m in block.modules():
+        if isinstance(m, Conv2d) and m.latent_mul == 0:
+            m.latent_mul = mul
+    return block
+
+
 class DecoderMid(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
@@ -182,20 +190,22 @@ class Decoder(nn.Module):
         levels = len(ch_mult)
         block_in = ch * ch_mult[-1]
         curr_res = resolution // 2 ** (levels - 1)
-        self.conv_in = Conv2d(z_channels, block_in, 3, padding=1)
-        self.mid = DecoderMid(block_in)
+        self.conv_in = at_mul(Conv2d(z_channels, block_in, 3, padding=1), 1)
+        self.mid = at_mul(DecoderMid(block_in), 1)
         ups: List[nn.Module] = []
         for i_level in reversed(range(levels)):
             block_out = ch * ch_mult[i_level]
-            ups.insert(0, DecoderLevel(block_in, block_out, num_res_blocks + 1,
-                                       curr_res in attn_resolutions, i_level != 0))
+            level = DecoderLevel(block_in, block_out, num_res_blocks + 1, curr_res in attn_resolutions, i_level != 0)
+            mul = 2 ** (levels - 1 - i_level)
+            at_mul(level.upsample, 2 * mul)  # its conv runs on the upsampled input
+            ups.insert(0, at_mul(level, mul))
             block_in = block_out
             if i_level != 0:
                 curr_res *= 2
         # Indexed as in the checkpoint: up.0 is the finest level, run last.
         self.up = nn.ModuleList(ups)
         self.norm_out = vae_norm(block_in)
-        self.conv_out = Conv2d(block_in, out_ch, 3, padding=1)
+        self.conv_out = at_mul(Conv2d(block_in, out_ch, 3, padding=1), 2 ** (levels - 1))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         h = self.mid(self.conv_in(z))
@@ -255,21 +265,22 @@ class Encoder(nn.Module):
     def __init__(self, ch: int = 128, in_channels: int = 3, ch_mult=(1, 2, 4, 4), num_res_blocks: int = 2,
                  attn_resolutions=(), resolution: int = 256, z_channels: int = 4):
         super().__init__()
-        self.conv_in = Conv2d(in_channels, ch, 3, padding=1)
+        self.conv_in = at_mul(Conv2d(in_channels, ch, 3, padding=1), 2 ** (len(ch_mult) - 1))
         levels: List[nn.Module] = []
         block_in = ch
         curr_res = resolution
         for i_level, mult in enumerate(ch_mult):
             last = i_level == len(ch_mult) - 1
-            levels.append(EncoderLevel(block_in, ch * mult, num_res_blocks, curr_res in attn_resolutions, not last))
+            levels.append(at_mul(EncoderLevel(block_in, ch * mult, num_res_blocks, curr_res in attn_resolutions,
+                                              not last), 2 ** (len(ch_mult) - 1 - i_level)))
             block_in = ch * mult
             if not last:
                 curr_res //= 2
         # Indexed as in the checkpoint: down.0 is the finest level, run first.
         self.down = nn.ModuleList(levels)
-        self.mid = DecoderMid(block_in)  # block_1, attn_1, block_2: the decoder's mid-block layout
+        self.mid = at_mul(DecoderMid(block_in), 1)  # block_1, attn_1, block_2: the decoder's mid-block layout
         self.norm_out = vae_norm(block_in)
-        self.conv_out = Conv2d(block_in, 2 * z_channels, 3, padding=1)
+        self.conv_out = at_mul(Conv2d(block_in, 2 * z_channels, 3, padding=1), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
