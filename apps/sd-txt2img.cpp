@@ -324,7 +324,8 @@ void add_flags(CLI::App& app, Flags& f) {
         ->capture_default_str();
     app.add_option("--winograd", f.winograd,
                    "auto, on or off: the 3x3 convolutions of the UNet's first two levels, of a TAESD and of "
-                   "the VAE by Winograd (fp32, prepacked, AVX2 or AVX-512); auto: the UNet's when memory allows")
+                   "the VAE by Winograd (fp32, prepacked, AVX2 or AVX-512; with --precision bf16 on avx512_bf16 "
+                   "without AMX, the UNet's and the VAE's larger ones); auto: the UNet's when memory allows")
         ->capture_default_str();
     app.add_option("--sequential-load", f.sequential_load, "auto, on (one stage in memory at a time) or off")
         ->capture_default_str();

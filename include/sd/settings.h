@@ -21,8 +21,9 @@ struct PipelineOptions {
     // Unset: on unless the memory budget needs the room (the planner decides).
     std::optional<bool> prepack;
     // The 3x3 convolutions of the UNet's first two levels, of a TAESD and of the VAE by
-    // Winograd (with prepack, fp32, AVX2 or AVX-512): unset: the UNet's when memory
-    // allows (the VAE's hold no memory: on unless false).
+    // Winograd (with prepack, fp32, AVX2 or AVX-512; bf16 without AMX: the UNet's and the
+    // VAE's larger ones): unset: the UNet's when memory allows (the VAE's and bf16's hold
+    // no weights: on unless false).
     std::optional<bool> winograd;
     int threads = 0;                 // 0: one per core
     double max_memory = 0;           // bytes; 0: what the machine has available
