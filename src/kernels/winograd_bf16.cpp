@@ -42,19 +42,47 @@ SD_BF16_TARGET inline void store_bf16(uint16_t* p, __m512 v, __mmask16 m) {
     _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
 
-// Tap t of the 16 input channels from g ([16][3][3]): values 9 apart, gathered as
-// 32-bit words whose low half is the value. Where the last word would read past the
-// weight's end (`last`), one by one instead.
-SD_BF16_TARGET inline __m512 gather_tap(const uint16_t* g, int t, __mmask16 m, bool last) {
-    if (last) {
-        alignas(64) float taps[16] = {};
-        for (int k = 0; k < 16; ++k)
-            if (m & (1u << k)) taps[k] = bf16_to_float(g[k * 9 + t]);
-        return _mm512_load_ps(taps);
+// The 3x3 weights of up to 16 input channels ([16][3][3], 144 values) in five vectors of 32
+// values, zero past `count` channels (masked loads: nothing read past them).
+struct WeightBlock {
+    __m512i v[5];
+};
+SD_BF16_TARGET inline WeightBlock load_block(const uint16_t* g, int64_t count) {
+    const int64_t n = count * 9;
+    WeightBlock b;
+    for (int r = 0; r < 5; ++r) {
+        const int64_t left = std::clamp<int64_t>(n - 32 * r, 0, 32);
+        const __mmask32 m = left == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
+        b.v[r] = _mm512_maskz_loadu_epi16(m, g + 32 * r);
     }
-    const __m512i at = _mm512_setr_epi32(0, 9, 18, 27, 36, 45, 54, 63, 72, 81, 90, 99, 108, 117, 126, 135);
-    return bf16_low(
-        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_add_epi32(at, _mm512_set1_epi32(t)), g, 2));
+    return b;
+}
+
+// Where tap t of channel k sits in a block: value 9k + t, in vector (9k + t) / 32 of five,
+// moved into the high half of 32-bit lane k (a bf16 value's bits are a float's top half).
+// One permutation picks it from the pair of vectors 0-1, one from 2-3, one from 4: the
+// index of each (modulo 64) and which lanes each fills.
+struct TapPicks {
+    alignas(64) uint16_t index[9][32] = {};
+    __mmask32 from01[9] = {}, from23[9] = {}, from4[9] = {};
+    TapPicks() {
+        for (int t = 0; t < 9; ++t)
+            for (int k = 0; k < 16; ++k) {
+                const int at = 9 * k + t;
+                index[t][2 * k + 1] = static_cast<uint16_t>(at % 64);
+                (at < 64 ? from01 : at < 128 ? from23 : from4)[t] |= __mmask32{1} << (2 * k + 1);
+            }
+    }
+};
+const TapPicks kTapPicks;
+
+// Tap t of the block's 16 channels as floats, the low halves zero.
+SD_BF16_TARGET inline __m512 block_tap(const WeightBlock& b, int t) {
+    const __m512i i = _mm512_load_si512(kTapPicks.index[t]);
+    const __m512i a = _mm512_maskz_permutex2var_epi16(kTapPicks.from01[t], b.v[0], i, b.v[1]);
+    const __m512i c = _mm512_maskz_permutex2var_epi16(kTapPicks.from23[t], b.v[2], i, b.v[3]);
+    const __m512i e = _mm512_maskz_permutexvar_epi16(kTapPicks.from4[t], i, b.v[4]);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_or_si512(a, c), e));
 }
 
 // U = G g Gᵀ for every (out, in) pair, into u [16][oc][ic]: 16 input channels at a
@@ -66,14 +94,11 @@ SD_BF16_TARGET void transform_weights(const uint16_t* weight, int64_t oc, int64_
         for (int64_t i = 0; i < ic; i += 16) {
             const int64_t count = std::min<int64_t>(16, ic - i);
             const __mmask16 m = static_cast<__mmask16>((1u << count) - 1);
-            const uint16_t* g = weight + (o * ic + i) * 9;
-            // The last word of the weight would be read past its end (gather_tap).
-            const bool last = o == oc - 1 && i + 16 >= ic;
+            const WeightBlock g = load_block(weight + (o * ic + i) * 9, count);
             const __m512 half = _mm512_set1_ps(0.5f);
             __m512 r[3][4];  // each row of g transformed: r[row][q]
             for (int row = 0; row < 3; ++row) {
-                const __m512 g0 = gather_tap(g, row * 3, m, last), g1 = gather_tap(g, row * 3 + 1, m, last),
-                             g2 = gather_tap(g, row * 3 + 2, m, last);
+                const __m512 g0 = block_tap(g, row * 3), g1 = block_tap(g, row * 3 + 1), g2 = block_tap(g, row * 3 + 2);
                 const __m512 ends = _mm512_add_ps(g0, g2);
                 r[row][0] = g0;
                 r[row][1] = _mm512_mul_ps(half, _mm512_add_ps(ends, g1));
