@@ -23,6 +23,9 @@ writes it in one pass instead of TorchScript's two full-size temporaries.
 ``sd::conv3x3(x, w, b)``: a 3x3 convolution of stride 1 and padding 1. The modules call
 it for bf16 activations only; the C++ program runs the larger ones by Winograd's
 algorithm (src/kernels/winograd_bf16.h).
+
+``sd::conv1x1(x, w, b)``: a 1x1 convolution of stride 1, for bf16 activations only; the C++
+program runs it as one matrix product per image (src/kernels/pointwise_bf16.h).
 """
 
 from typing import Optional
@@ -78,6 +81,10 @@ def reference_conv3x3(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor
     return F.conv2d(x, w, b, padding=1)
 
 
+def reference_conv1x1(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+    return F.conv2d(x, w, b)
+
+
 def register():
     """Defines sd::attention and sd::linear unless something (the C++ engine) already has."""
     global _LIB
@@ -89,6 +96,7 @@ def register():
         torch.ops.sd.geglu  # noqa: B018
         torch.ops.sd.expand_q8  # noqa: B018
         torch.ops.sd.conv3x3  # noqa: B018
+        torch.ops.sd.conv1x1  # noqa: B018
         return
     except (AttributeError, RuntimeError):
         pass
@@ -108,6 +116,8 @@ def register():
     lib.impl("expand_q8", reference_expand_q8, "CompositeImplicitAutograd")
     lib.define("conv3x3(Tensor x, Tensor w, Tensor? b) -> Tensor")
     lib.impl("conv3x3", reference_conv3x3, "CompositeImplicitAutograd")
+    lib.define("conv1x1(Tensor x, Tensor w, Tensor? b) -> Tensor")
+    lib.impl("conv1x1", reference_conv1x1, "CompositeImplicitAutograd")
     _LIB = lib
 
 register()

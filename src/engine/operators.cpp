@@ -13,6 +13,7 @@
 #include "kernels/bf16_rows.h"
 #include "kernels/f32_rows.h"
 #include "kernels/linear_kernel.h"
+#include "kernels/pointwise_bf16.h"
 #include "kernels/winograd_bf16.h"
 #include "sd/error.h"
 
@@ -229,6 +230,23 @@ at::Tensor conv3x3(const at::Tensor& x, const at::Tensor& w, const c10::optional
     return at::conv2d(x, w, b, 1, 1);
 }
 
+at::Tensor conv1x1(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+    const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+    const bool route = bf16_rows(x) && x.dim() == 4 && w.scalar_type() == at::kBFloat16 && w.device().is_cpu() &&
+                       w.dim() == 4 && w.size(1) == x.size(1) && w.size(2) == 1 && w.size(3) == 1 &&
+                       (!b.defined() || (b.scalar_type() == at::kBFloat16 && b.numel() == w.size(0))) &&
+                       kernels::pointwise_bf16_available();
+    if (route) {
+        const auto xc = x.contiguous(), wc = w.contiguous();
+        const auto bc = b.defined() ? b.contiguous() : b;
+        auto out = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)}, x.options());
+        if (kernels::pointwise_bf16(bits(xc), x.size(0), x.size(1), x.size(2) * x.size(3), bits(wc), w.size(0),
+                                    bc.defined() ? bits(bc) : nullptr, bits_out(out)))
+            return out;
+    }
+    return at::conv2d(x, w, b);
+}
+
 // TorchScript would make two weight-sized temporaries (the widened int8 and the
 // product); one pass writes only the result.
 at::Tensor expand_q8(const at::Tensor& w, const at::Tensor& scale) {
@@ -263,6 +281,7 @@ void register_operators() {
         lib->def("group_norm(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor", &group_norm);
         lib->def("expand_q8(Tensor w, Tensor scale) -> Tensor", &expand_q8);
         lib->def("conv3x3(Tensor x, Tensor w, Tensor? b) -> Tensor", &conv3x3);
+        lib->def("conv1x1(Tensor x, Tensor w, Tensor? b) -> Tensor", &conv1x1);
     });
 }
 

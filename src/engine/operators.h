@@ -49,6 +49,11 @@ at::Tensor conv3x3(const at::Tensor& x, const at::Tensor& w, const c10::optional
 void set_bf16_winograd(bool on);
 bool bf16_winograd_enabled();
 
+// A 1x1 convolution, stride 1 (sd::conv1x1; the 1x1 layers of the exported modules
+// call it). bf16 CPU tensors take one matmul per image (src/kernels/pointwise_bf16.h)
+// where that runs; everything else at::conv2d, as the modules' own code.
+at::Tensor conv1x1(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias);
+
 // Registers sd::attention, sd::linear and the bf16 row operators with the dispatcher; safe to call more than once.
 // The engine calls it before loading a stage (a static registrar in a static
 // library would be dropped by the linker).

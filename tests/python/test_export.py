@@ -219,6 +219,10 @@ class ExportTinyTest(unittest.TestCase):
         self.assertIn("input_blocks.1.0.in_layers.2", unit)
         self.assertNotIn("input_blocks.3.0.op", unit)  # stride 2
         self.assertNotIn("input_blocks.4.0.skip_connection", unit)  # 1x1
+        pointwise = {name for name, s in unet.named_modules() if getattr(s, "unit_1x1", False)}
+        self.assertIn("input_blocks.4.0.skip_connection", pointwise)  # sd::conv1x1 in bf16
+        self.assertNotIn("input_blocks.1.0.in_layers.2", pointwise)
+        self.assertNotIn("input_blocks.3.0.op", pointwise)
 
     def test_vae_convolutions_know_where_they_run(self):
         # latent_mul: the VAE's layers at the latent's size x 1, 2, 4, 8 (tiny: 4 levels, like SD's);

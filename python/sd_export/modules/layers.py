@@ -87,6 +87,8 @@ class Conv2d(nn.Conv2d):
         # The UNet's and the VAE's bf16 3x3 layers of stride 1 and padding 1 call sd::conv3x3
         # (ops.py), which the C++ program runs by Winograd's algorithm; fp32 keeps the code below.
         self.unit_3x3: bool = kernel_size == 3 and stride == 1 and padding == 1
+        # bf16 1x1 layers of stride 1 call sd::conv1x1: one matrix product per image in C++.
+        self.unit_1x1: bool = kernel_size == 1 and stride == 1 and padding == 0
         # Where the input's size is, from the latent's: the UNet's layers at latent / latent_div
         # (1, 2, 4, ...), the VAE's at latent x latent_mul (1, 2, 4, 8); 0 and 0 elsewhere. The C++
         # program leaves the weight plain where sd::conv3x3 will take it (stage_loader.cpp).
@@ -119,6 +121,8 @@ class Conv2d(nn.Conv2d):
     def _conv(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
         if self.unit_3x3 and (self.latent_div > 0 or self.latent_mul > 0) and x.dtype == torch.bfloat16:
             return torch.ops.sd.conv3x3(x, w, b)
+        if self.unit_1x1 and x.dtype == torch.bfloat16:
+            return torch.ops.sd.conv1x1(x, w, b)
         return self._conv_forward(x, w, b)
 
 
