@@ -57,9 +57,8 @@ std::shared_ptr<const Product> product_for(int64_t oc, int64_t ic, int64_t cols,
 }
 
 // y's columns [j, j + cols) of every row o: the sums plus the bias, rounded once.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void finish(const float* sums, int64_t oc,
-                                                                            int64_t cols, const float* b,
-                                                                            uint16_t* y, int64_t hw) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void finish(const float* sums, int64_t oc, int64_t cols,
+                                                                            const float* b, uint16_t* y, int64_t hw) {
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < oc; ++o) {
         const float* s = sums + o * cols;
@@ -105,8 +104,7 @@ bool pointwise_bf16(const uint16_t* x, int64_t n, int64_t ic, int64_t hw, const 
 
 #else
 
-bool pointwise_bf16(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*,
-                    uint16_t*) {
+bool pointwise_bf16(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, uint16_t*) {
     return false;
 }
 
