@@ -7,31 +7,20 @@
 
 #include <cmath>
 
+#include "bf16_conv_cases.h"
 #include "engine/operators.h"
 #include "kernels/linear_kernel.h"
 #include "kernels/pointwise_bf16.h"
 
-namespace {
-
-struct Case {
-    int64_t n, ic, oc, h, w;
-    bool bias;
-};
-
-double relative_rms(const at::Tensor& got, const at::Tensor& want) {
-    const auto d = got.to(at::kDouble) - want.to(at::kDouble);
-    return std::sqrt(d.pow(2).mean().item<double>() / want.to(at::kDouble).pow(2).mean().item<double>());
-}
-
-uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
-
-}  // namespace
+using sdtest::bf16_bits;
+using sdtest::ConvCase;
+using sdtest::relative_rms;
 
 TEST(PointwiseBf16, MatchesTheConvolutionWithOneRounding) {
     if (!sd::kernels::cpu_has_bf16()) GTEST_SKIP() << "no bf16 instructions on this CPU";
     // Channel counts off the 16-lane vector and pixel counts off it, a bias or none, one
     // image and two; 1024 output channels at 96x96 take their pixels in two strided chunks.
-    const Case cases[] = {{1, 64, 64, 16, 16, true}, {2, 17, 77, 5, 7, false}, {2, 320, 320, 64, 64, true},
+    const ConvCase cases[] = {{1, 64, 64, 16, 16, true}, {2, 17, 77, 5, 7, false}, {2, 320, 320, 64, 64, true},
                           {1, 256, 128, 3, 1, true}, {1, 64, 1024, 96, 96, true}, {3, 40, 24, 9, 11, false}};
     for (const auto& c : cases) {
         SCOPED_TRACE(testing::Message() << c.n << "x" << c.ic << "->" << c.oc << " at " << c.h << "x" << c.w);
@@ -43,8 +32,8 @@ TEST(PointwiseBf16, MatchesTheConvolutionWithOneRounding) {
         const auto b = c.bias ? at::randn({c.oc}).to(at::kBFloat16) : at::Tensor();
         const auto want = at::conv2d(x.to(at::kDouble), w.to(at::kDouble), b.defined() ? b.to(at::kDouble) : b);
         auto y = at::full({c.n, c.oc, c.h, c.w}, 7.0, x.options());  // every value must be written
-        ASSERT_TRUE(sd::kernels::pointwise_bf16(bits(x), c.n, c.ic, c.h * c.w, bits(w), c.oc,
-                                                b.defined() ? bits(b) : nullptr, bits(y)));
+        ASSERT_TRUE(sd::kernels::pointwise_bf16(bf16_bits(x), c.n, c.ic, c.h * c.w, bf16_bits(w), c.oc,
+                                                b.defined() ? bf16_bits(b) : nullptr, bf16_bits(y)));
         // fp32 sums and the bias rounded to bf16 once, as LibTorch's convolution does:
         // within a little of its error, and no value more than a few bf16 steps off.
         const double direct = relative_rms(at::conv2d(x, w, b), want);

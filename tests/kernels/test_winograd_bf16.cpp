@@ -7,23 +7,16 @@
 
 #include <cmath>
 
+#include "bf16_conv_cases.h"
 #include "engine/operators.h"
 #include "kernels/linear_kernel.h"
 #include "kernels/winograd_bf16.h"
 
 namespace {
 
-struct Case {
-    int64_t n, ic, oc, h, w;
-    bool bias;
-};
-
-double relative_rms(const at::Tensor& got, const at::Tensor& want) {
-    const auto d = got.to(at::kDouble) - want.to(at::kDouble);
-    return std::sqrt(d.pow(2).mean().item<double>() / want.to(at::kDouble).pow(2).mean().item<double>());
-}
-
-uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+using Case = sdtest::ConvCase;
+using sdtest::relative_rms;
+uint16_t* bits(const at::Tensor& t) { return sdtest::bf16_bits(t); }
 
 // Restores the operator's switch however a test ends.
 struct WinogradSwitch {
