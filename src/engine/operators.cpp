@@ -206,7 +206,27 @@ at::Tensor group_norm(const at::Tensor& x, int64_t groups, const c10::optional<a
 }
 
 namespace {
+
 std::atomic<bool> bf16_winograd_on{true};
+
+// x [n, ic, h, w], w [oc, ic, k, k] and b ([oc] or undefined), bf16 on the CPU: what the bf16
+// convolution kernels take.
+bool bf16_conv_operands(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t k) {
+    return bf16_rows(x) && x.dim() == 4 && w.scalar_type() == at::kBFloat16 && w.device().is_cpu() && w.dim() == 4 &&
+           w.size(1) == x.size(1) && w.size(2) == k && w.size(3) == k &&
+           (!b.defined() || (b.scalar_type() == at::kBFloat16 && b.numel() == w.size(0)));
+}
+
+// The [n, oc, h, w] output of kernel(x, w, b or null, y) on the dense operands' bits, or an
+// undefined tensor where the kernel did not run.
+template <typename Kernel>
+at::Tensor run_bf16_conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernel kernel) {
+    const auto xc = x.contiguous(), wc = w.contiguous();
+    const auto bc = b.defined() ? b.contiguous() : b;
+    auto out = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)}, x.options());
+    return kernel(bits(xc), bits(wc), bc.defined() ? bits(bc) : nullptr, bits_out(out)) ? out : at::Tensor();
+}
+
 }  // namespace
 
 void set_bf16_winograd(bool on) { bf16_winograd_on = on; }
@@ -214,35 +234,26 @@ bool bf16_winograd_enabled() { return bf16_winograd_on; }
 
 at::Tensor conv3x3(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
     const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
-    const bool route = bf16_winograd_on && bf16_rows(x) && x.dim() == 4 && w.scalar_type() == at::kBFloat16 &&
-                       w.device().is_cpu() && w.dim() == 4 && w.size(1) == x.size(1) && w.size(2) == 3 &&
-                       w.size(3) == 3 &&
-                       (!b.defined() || (b.scalar_type() == at::kBFloat16 && b.numel() == w.size(0))) &&
-                       kernels::winograd_bf16_runs(x.size(0), x.size(1), w.size(0), x.size(2), x.size(3));
-    if (route) {
-        const auto xc = x.contiguous(), wc = w.contiguous();
-        const auto bc = b.defined() ? b.contiguous() : b;
-        auto out = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)}, x.options());
-        if (kernels::winograd_bf16_conv3x3(bits(xc), x.size(0), x.size(1), x.size(2), x.size(3), bits(wc), w.size(0),
-                                           bc.defined() ? bits(bc) : nullptr, bits_out(out)))
-            return out;
+    if (bf16_winograd_on && bf16_conv_operands(x, w, b, 3) &&
+        kernels::winograd_bf16_runs(x.size(0), x.size(1), w.size(0), x.size(2), x.size(3))) {
+        const at::Tensor out =
+            run_bf16_conv(x, w, b, [&](const uint16_t* xb, const uint16_t* wb, const uint16_t* bb, uint16_t* y) {
+                return kernels::winograd_bf16_conv3x3(xb, x.size(0), x.size(1), x.size(2), x.size(3), wb, w.size(0), bb,
+                                                      y);
+            });
+        if (out.defined()) return out;
     }
     return at::conv2d(x, w, b, 1, 1);
 }
 
 at::Tensor conv1x1(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
     const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
-    const bool route = bf16_rows(x) && x.dim() == 4 && w.scalar_type() == at::kBFloat16 && w.device().is_cpu() &&
-                       w.dim() == 4 && w.size(1) == x.size(1) && w.size(2) == 1 && w.size(3) == 1 &&
-                       (!b.defined() || (b.scalar_type() == at::kBFloat16 && b.numel() == w.size(0))) &&
-                       kernels::pointwise_bf16_available();
-    if (route) {
-        const auto xc = x.contiguous(), wc = w.contiguous();
-        const auto bc = b.defined() ? b.contiguous() : b;
-        auto out = at::empty({x.size(0), w.size(0), x.size(2), x.size(3)}, x.options());
-        if (kernels::pointwise_bf16(bits(xc), x.size(0), x.size(1), x.size(2) * x.size(3), bits(wc), w.size(0),
-                                    bc.defined() ? bits(bc) : nullptr, bits_out(out)))
-            return out;
+    if (bf16_conv_operands(x, w, b, 1) && kernels::pointwise_bf16_available()) {
+        const at::Tensor out =
+            run_bf16_conv(x, w, b, [&](const uint16_t* xb, const uint16_t* wb, const uint16_t* bb, uint16_t* y) {
+                return kernels::pointwise_bf16(xb, x.size(0), x.size(1), x.size(2) * x.size(3), wb, w.size(0), bb, y);
+            });
+        if (out.defined()) return out;
     }
     return at::conv2d(x, w, b);
 }
