@@ -435,6 +435,16 @@ inline void value_dots(const uint16_t* pb, int64_t p_row, const uint16_t* vt, in
     }
 }
 
+// value_dots for kDotRows rows and N blocks, the last half wide or not.
+template <int N>
+inline void value_dots_block(bool half, const uint16_t* pb, int64_t p_row, const uint16_t* vt, int64_t vecs,
+                             int64_t keys, float* o, int64_t dp) {
+    if (half)
+        value_dots<kDotRows, N, true>(pb, p_row, vt, vecs, keys, o, dp);
+    else
+        value_dots<kDotRows, N>(pb, p_row, vt, vecs, keys, o, dp);
+}
+
 // Blocks of 3 vectors (SD's heads of 40 channels are 3), the last 4 as 2 + 2 rather than 3 + 1;
 // a last block that holds 8 channels or fewer of the head's d runs half wide.
 inline void group_values(const uint16_t* pb, int64_t p_row, const uint16_t* vt, int64_t vecs, int64_t d, int64_t keys,
@@ -444,24 +454,13 @@ inline void group_values(const uint16_t* pb, int64_t p_row, const uint16_t* vt, 
         const uint16_t* pr = pb + r * p_row;
         float* orow = o + r * dp;
         int64_t i = 0;
-        for (; vecs - i > 4 || vecs - i == 3; i += 3) {
-            if (half_last && vecs - i == 3)
-                value_dots<kDotRows, 3, true>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-            else
-                value_dots<kDotRows, 3>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-        }
-        for (; vecs - i >= 2; i += 2) {
-            if (half_last && vecs - i == 2)
-                value_dots<kDotRows, 2, true>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-            else
-                value_dots<kDotRows, 2>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-        }
-        if (i < vecs) {
-            if (half_last)
-                value_dots<kDotRows, 1, true>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-            else
-                value_dots<kDotRows, 1>(pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
-        }
+        for (; vecs - i > 4 || vecs - i == 3; i += 3)
+            value_dots_block<3>(half_last && vecs - i == 3, pr, p_row, vt + i * 2 * kLanes, vecs, keys,
+                                orow + i * kLanes, dp);
+        for (; vecs - i >= 2; i += 2)
+            value_dots_block<2>(half_last && vecs - i == 2, pr, p_row, vt + i * 2 * kLanes, vecs, keys,
+                                orow + i * kLanes, dp);
+        if (i < vecs) value_dots_block<1>(half_last, pr, p_row, vt + i * 2 * kLanes, vecs, keys, orow + i * kLanes, dp);
     }
 }
 
