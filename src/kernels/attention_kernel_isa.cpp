@@ -174,12 +174,12 @@ void configure_tiles() {
 }
 #endif
 
-// 2^t for t <= 0: t = n + r with |r| <= 1/2, a degree-4 polynomial for 2^r
+// 2^t for t <= 16 (lazy_softmax_rows' bound): t = n + r with |r| <= 1/2, a degree-4 polynomial for 2^r
 // fitted for relative error (below 2.7e-6 in float: enough for probabilities
 // then rounded to bf16, 2^-9) and vscalefps for the 2^n, which saves the
 // exponent-bit arithmetic of exp_nonpositive in the loop that bounds this
 // build's speed. A very negative t gives 0 (r is 0 once t is past 2^23).
-inline __m512 exp2_nonpositive(__m512 t) {
+inline __m512 exp2_bounded(__m512 t) {
     const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(t, n);
     __m512 q = _mm512_set1_ps(9.569989517331123e-3f);
@@ -216,7 +216,7 @@ inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, f
     // All 16 rows' factors at once: 0 for a first key tile, exactly 1 where the maximum stays.
     const __m512 old_max = _mm512_loadu_ps(row_max);
     const __m512 new_max = _mm512_max_ps(old_max, _mm512_load_ps(group_max));
-    __m512 a = exp2_nonpositive(_mm512_mul_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(c)));
+    __m512 a = exp2_bounded(_mm512_mul_ps(_mm512_sub_ps(old_max, new_max), _mm512_set1_ps(c)));
     a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(old_max, new_max, _CMP_EQ_OQ), a, _mm512_set1_ps(1.0f));
     a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(old_max, _mm512_set1_ps(neg_inf), _CMP_EQ_OQ), a, _mm512_setzero_ps());
     _mm512_storeu_ps(row_max, new_max);
@@ -229,8 +229,8 @@ inline void softmax_rows(float* s, int64_t s_row, int64_t keys, int64_t valid, f
         const __m512 shift = _mm512_set1_ps(-row_max[i] * c);
         __m512 s0 = _mm512_setzero_ps(), s1 = s0;
         for (int64_t j = 0; j < keys; j += 2 * W) {
-            const __m512 e0 = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + j), vc, shift));
-            const __m512 e1 = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + j + W), vc, shift));
+            const __m512 e0 = exp2_bounded(_mm512_fmadd_ps(_mm512_loadu_ps(sr + j), vc, shift));
+            const __m512 e1 = exp2_bounded(_mm512_fmadd_ps(_mm512_loadu_ps(sr + j + W), vc, shift));
             s0 = _mm512_add_ps(s0, e0);
             s1 = _mm512_add_ps(s1, e1);
             _mm512_storeu_si512(pr + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
@@ -246,19 +246,42 @@ inline bool bf16_route(const AttentionProblem& p) {
     return p.k_bf16 && p.v_bf16 && p.q_bf16 && p.out_bf16 && p.scale > 0;
 }
 
+// Packs one (batch, head)'s k and v, padding included, in vectors: kᵀ's panels
+// are a transpose of 16 keys' channel pairs (a gather each), v's key pairs
+// interleave two keys' rows 16 channels at a time.
 void pack_bf16(const AttentionProblem& p, int64_t bh) {
     const int64_t m_pad = padded_keys(p.m), dp = padded_width(p.d), d2 = k_pairs(p.d), vecs = dp / kLanes;
-    const int64_t b = bh / p.heads, h = bh % p.heads;
+    const int64_t b = bh / p.heads, h = bh % p.heads, whole_pairs = p.d / 2;
     uint16_t* kt = reinterpret_cast<uint16_t*>(p.packed + bh * packed_head_floats(p));
     uint16_t* vp = kt + m_pad * d2 * 2;  // fits: m_pad (2 d2 + dp) halves <= 2 m_pad (d + dp) (attention_kernel.cpp)
-    std::fill(kt, vp + m_pad * dp, uint16_t{0});
-    for (int64_t j = 0; j < p.m; ++j) {
-        const uint16_t* kr = p.k_bf16 + b * p.k_batch + j * p.k_row + h * p.d;
-        const uint16_t* vr = p.v_bf16 + b * p.v_batch + j * p.v_row + h * p.d;
-        uint16_t* panel = kt + k_panel(j / kLanes, d2) + (j % kLanes) * 2;
-        for (int64_t c = 0; c < p.d; ++c) panel[(c / 2) * 2 * kLanes + (c & 1)] = kr[c];
-        uint16_t* vrow = vp + v_pair(j / 2, vecs) + (j & 1);
-        for (int64_t c = 0; c < p.d; ++c) vrow[(c / kLanes) * 2 * kLanes + (c % kLanes) * 2] = vr[c];
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i row_bytes =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int32_t>(p.k_row * 2)));
+    for (int64_t j0 = 0; j0 < m_pad; j0 += kLanes) {
+        const int64_t n = std::clamp<int64_t>(p.m - j0, 0, kLanes);  // real keys in this panel
+        const __mmask16 live = static_cast<__mmask16>((1u << n) - 1);
+        uint32_t* panel = reinterpret_cast<uint32_t*>(kt + k_panel(j0 / kLanes, d2));  // [pair][16 keys]
+        const uint16_t* k0 = p.k_bf16 + b * p.k_batch + std::min(j0, p.m - 1) * p.k_row + h * p.d;
+        for (int64_t cp = 0; cp < d2; ++cp)
+            _mm512_storeu_si512(
+                panel + cp * kLanes,
+                cp < whole_pairs ? _mm512_mask_i32gather_epi32(zero, live, row_bytes, k0 + 2 * cp, 1) : zero);
+        if (p.d % 2)  // an odd head's last channel pairs with padding
+            for (int64_t jj = 0; jj < n; ++jj)
+                reinterpret_cast<uint16_t*>(panel + whole_pairs * kLanes + jj)[0] = k0[jj * p.k_row + p.d - 1];
+    }
+    for (int64_t j = 0; j < m_pad; j += 2) {
+        const uint16_t* v0 = p.v_bf16 + b * p.v_batch + std::min(j, p.m - 1) * p.v_row + h * p.d;
+        for (int64_t i = 0; i < vecs; ++i) {
+            const int64_t c = i * kLanes, left = std::min<int64_t>(p.d - c, kLanes);
+            const __mmask16 ch = static_cast<__mmask16>((1u << left) - 1);
+            const __m256i a = j < p.m ? _mm256_maskz_loadu_epi16(ch, v0 + c) : _mm256_setzero_si256();
+            const __m256i n1 = j + 1 < p.m ? _mm256_maskz_loadu_epi16(ch, v0 + p.v_row + c) : _mm256_setzero_si256();
+            _mm512_storeu_si512(
+                vp + v_pair(j / 2, vecs) + i * 2 * kLanes,
+                _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(n1), 16)));
+        }
     }
 }
 
@@ -359,6 +382,13 @@ inline void group_values(const uint16_t* pb, int64_t p_row, const uint16_t* vt, 
     }
 }
 
+// The tiles leave scores in memory anyway, and no AMX CPU was at hand to
+// measure the register-fed softmax below: this build keeps softmax_rows.
+inline bool lazy_softmax_rows(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float, const float*,
+                              float*, uint16_t*, int64_t) {
+    return false;
+}
+
 inline void begin_products() { configure_tiles(); }
 inline void end_products() { _tile_release(); }
 #else
@@ -373,10 +403,11 @@ inline __m512bh load_pairs(const uint16_t* x) { return (__m512bh)_mm512_loadu_si
 
 constexpr int kDotRows = 8;  // rows per register block: 16 or 24 sums in 32 registers
 
-// S[r][0..32) for R query rows (q_row apart) against the panels k0 and k1 of 16 keys, over `pairs` channel pairs.
-template <int R>
+// S[r][0..32) for R query rows (q_row apart) against the panels k0 and k1 of
+// 16 keys, over `pairs` channel pairs, handed in registers to finish(r, S[r][0..16), S[r][16..32)).
+template <int R, class Finish>
 inline void score_dots(const uint16_t* q, int64_t q_row, int64_t pairs, const uint16_t* k0, const uint16_t* k1,
-                       float* s, int64_t s_row) {
+                       Finish&& finish) {
     __m512 acc[R][2];
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int64_t cp = 0; cp < pairs; ++cp) {
@@ -387,10 +418,9 @@ inline void score_dots(const uint16_t* q, int64_t q_row, int64_t pairs, const ui
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qv, b);
         }
     }
-    for (int r = 0; r < R; ++r) {
-        _mm512_storeu_ps(s + r * s_row, acc[r][0]);
-        _mm512_storeu_ps(s + r * s_row + kLanes, acc[r][1]);
-    }
+    // Unrolled, so that acc stays in registers rather than an array in memory.
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) finish(r, acc[r][0], acc[r][1]);
 }
 
 // As the AMX build's: the channel pairs past the head's width are zero in q and kᵀ alike, so they are skipped.
@@ -400,7 +430,55 @@ inline void group_scores(const uint16_t* q, int64_t d2, int64_t d, const uint16_
     for (int64_t r = 0; r < kTileRows; r += kDotRows)
         for (int64_t j = 0; j < keys; j += 2 * kLanes)
             score_dots<kDotRows>(q + r * 2 * d2, 2 * d2, pairs, kt + (j / kLanes) * panel,
-                                 kt + (j / kLanes + 1) * panel, s + r * s_row + j, s_row);
+                                 kt + (j / kLanes + 1) * panel, [&](int i, __m512 s0, __m512 s1) {
+                                     _mm512_storeu_ps(s + (r + i) * s_row + j, s0);
+                                     _mm512_storeu_ps(s + (r + i) * s_row + j + kLanes, s1);
+                                 });
+}
+
+// Scores at most 2^kLazyBound times a row's reference maximum need no new maximum.
+constexpr float kLazyBound = 16.0f;
+
+// softmax_rows without a pass over stored scores: each row keeps its running
+// maximum as the reference while every new score stays within 2^kLazyBound
+// of it, so its probabilities come straight from the score registers, the
+// earlier sums keep their scale (no factor), and the scores never reach
+// memory. False, with nothing changed, where a row has no maximum yet or a
+// score passes the bound: softmax_rows then runs as usual.
+inline bool lazy_softmax_rows(const uint16_t* q, int64_t d2, int64_t d, const uint16_t* kt, int64_t keys, int64_t valid,
+                              float c, const float* row_max, float* row_sum, uint16_t* pb, int64_t p_row) {
+    const __m512 ref = _mm512_loadu_ps(row_max);
+    if (_mm512_cmp_ps_mask(ref, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ)) return false;
+    alignas(64) float shift[kTileRows];
+    _mm512_store_ps(shift, _mm512_mul_ps(ref, _mm512_set1_ps(-c)));
+    const __m512 vc = _mm512_set1_ps(c), bound = _mm512_set1_ps(kLazyBound);
+    const int64_t pairs = (d + 1) / 2, panel = d2 * 2 * kLanes;
+    alignas(64) float sums[kTileRows][kLanes] = {};  // in memory: the score registers need all 32
+    __mmask16 over = 0;
+    for (int64_t r = 0; r < kTileRows; r += kDotRows)
+        for (int64_t j = 0; j < keys; j += 2 * kLanes) {
+            // Padding keys (from `valid` on, in the last 32 only) get probability 0.
+            const int64_t left = valid - j;
+            const __mmask16 m0 = left >= kLanes ? 0xFFFF : left > 0 ? (1u << left) - 1 : 0;
+            const __mmask16 m1 = left >= 2 * kLanes ? 0xFFFF : left > kLanes ? (1u << (left - kLanes)) - 1 : 0;
+            score_dots<kDotRows>(q + r * 2 * d2, 2 * d2, pairs, kt + (j / kLanes) * panel,
+                                 kt + (j / kLanes + 1) * panel, [&](int i, __m512 s0, __m512 s1) {
+                                     const __m512 shift_i = _mm512_set1_ps(shift[r + i]);
+                                     const __m512 t0 = _mm512_fmadd_ps(s0, vc, shift_i);
+                                     const __m512 t1 = _mm512_fmadd_ps(s1, vc, shift_i);
+                                     over |= _mm512_mask_cmp_ps_mask(m0, t0, bound, _CMP_GT_OQ) |
+                                             _mm512_mask_cmp_ps_mask(m1, t1, bound, _CMP_GT_OQ);
+                                     const __m512 e0 = _mm512_maskz_mov_ps(m0, exp2_bounded(t0));
+                                     const __m512 e1 = _mm512_maskz_mov_ps(m1, exp2_bounded(t1));
+                                     float* sum = sums[r + i];
+                                     _mm512_store_ps(sum, _mm512_add_ps(_mm512_load_ps(sum), _mm512_add_ps(e0, e1)));
+                                     _mm512_storeu_si512(pb + (r + i) * p_row + j,
+                                                         (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+                                 });
+        }
+    if (over) return false;
+    for (int64_t i = 0; i < kTileRows; ++i) row_sum[i] += _mm512_reduce_add_ps(_mm512_load_ps(sums[i]));
+    return true;
 }
 
 // O[R rows][N blocks of 16 channels] += P (bf16, rows of p_row) · v over `keys` keys (even) from vt.
@@ -499,12 +577,16 @@ void attend_bf16(const AttentionProblem& p, int64_t begin, int64_t end) {
             const int64_t valid = std::min(keys, p.m - j0);
             const uint16_t* vt = vp + v_pair(j0 / 2, vecs);
             for (int64_t r = 0; r < rows_pad; r += kTileRows) {
-                group_scores(&qt[r * 2 * d2], d2, p.d, kt + k_panel(j0 / kLanes, d2), keys, s.data(), key_tile);
-                alignas(64) float alpha[kTileRows];
-                softmax_rows(s.data(), key_tile, keys, valid, c, &row_max[r], &row_sum[r], pb.data(), alpha);
-                for (int64_t i = 0; i < kTileRows; ++i)
-                    if (alpha[i] != 1.0f)
-                        for (int64_t ch = 0; ch < dp; ++ch) o[(r + i) * dp + ch] *= alpha[i];
+                const uint16_t* panel = kt + k_panel(j0 / kLanes, d2);
+                if (!lazy_softmax_rows(&qt[r * 2 * d2], d2, p.d, panel, keys, valid, c, &row_max[r], &row_sum[r],
+                                       pb.data(), key_tile)) {
+                    group_scores(&qt[r * 2 * d2], d2, p.d, panel, keys, s.data(), key_tile);
+                    alignas(64) float alpha[kTileRows];
+                    softmax_rows(s.data(), key_tile, keys, valid, c, &row_max[r], &row_sum[r], pb.data(), alpha);
+                    for (int64_t i = 0; i < kTileRows; ++i)
+                        if (alpha[i] != 1.0f)
+                            for (int64_t ch = 0; ch < dp; ++ch) o[(r + i) * dp + ch] *= alpha[i];
+                }
                 group_values(pb.data(), key_tile, vt, vecs, p.d, keys, &o[r * dp], dp);
             }
         }

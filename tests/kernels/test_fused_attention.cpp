@@ -173,6 +173,28 @@ TEST(FusedAttention, BfloatWithALargeScaleAndPaddedKeys) {
     EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 0.03);
 }
 
+// Keys whose scores grow along the row: later key tiles score far above the
+// first one's maximum (2^16 and more in probability), so the dot-product
+// build's register-fed softmax must find a new maximum there rather than keep
+// the old one as its reference. Also: a head whose scores barely move, where
+// the reference is kept to the end.
+TEST(FusedAttention, BfloatScoresThatGrowAlongTheKeys) {
+    // Where oneDNN has no bf16 (a CPU without it, or DNNL_MAX_CPU_ISA hiding it), bf16
+    // attention takes LibTorch's reference, which then fails in LibTorch's own bf16 product.
+    if (!sd::kernels::cpu_has_bf16()) GTEST_SKIP() << "no bf16 instructions here, as oneDNN sees them";
+    for (double growth : {0.0, 0.002, 0.02}) {
+        at::manual_seed(13);
+        const int64_t m = 1030;
+        const auto ramp = (1.0 + growth * at::arange(m, at::kDouble)).to(at::kFloat).view({1, m, 1});
+        const auto q = (2 * at::randn({2, 70, 80})).to(at::kBFloat16);
+        const auto k = (2 * at::randn({2, m, 80}) * ramp).to(at::kBFloat16);
+        const auto v = at::randn({2, m, 80}).to(at::kBFloat16);
+        const auto got = sd::fused_attention(q, k, v, 2, 0.158);
+        const auto want = plain_attention(q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble), 2, 0.158);
+        EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 0.03) << "growth " << growth;
+    }
+}
+
 TEST(FusedAttention, BadShapesAreErrors) {
     const auto q = at::randn({1, 4, 16});
     EXPECT_THROW(sd::fused_attention(q, q, q, 3, 1.0), c10::Error);                        // 16 % 3
