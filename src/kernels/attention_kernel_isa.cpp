@@ -58,22 +58,34 @@ inline void score_block(const float* q, int64_t d, const float* kt, float scale,
     }
 }
 
-// O[r][0..NV*W) += sum_j P[r][j] V[j][0..NV*W) for R rows over `keys` keys.
-template <int R, int NV>
+// O[r][0..NV*W) += sum_j P[r][j] V[j][0..NV*W) for R rows over `keys` keys. With
+// kHalfLast the last vector holds W/2 channels and padding (SD 1.x's heads of 40 in
+// 16-float vectors: 16 + 16 + 8): its sums run half wide, which takes Zen 4 half a
+// full-width FMA. The channels summed, and the order they are summed in, are the same.
+template <int R, int NV, bool kHalfLast = false>
 inline void value_block(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t keys, float* o) {
+    constexpr int kFull = kHalfLast ? NV - 1 : NV;
     Vec acc[R][NV];
-    for (int r = 0; r < R; ++r)
-        for (int i = 0; i < NV; ++i) acc[r][i] = load(o + r * dp + i * W);
+    HalfVec half[R];
+    for (int r = 0; r < R; ++r) {
+        for (int i = 0; i < kFull; ++i) acc[r][i] = load(o + r * dp + i * W);
+        if (kHalfLast) half[r] = load_half(o + r * dp + kFull * W);
+    }
     for (int64_t j = 0; j < keys; ++j) {
         Vec vv[NV];
-        for (int i = 0; i < NV; ++i) vv[i] = load(v + j * dp + i * W);
+        for (int i = 0; i < kFull; ++i) vv[i] = load(v + j * dp + i * W);
+        const HalfVec vh = kHalfLast ? load_half(v + j * dp + kFull * W) : HalfVec{};
         for (int r = 0; r < R; ++r) {
-            const Vec pr = splat(p[r * p_row + j]);
-            for (int i = 0; i < NV; ++i) acc[r][i] += pr * vv[i];
+            const float pj = p[r * p_row + j];
+            const Vec pr = splat(pj);
+            for (int i = 0; i < kFull; ++i) acc[r][i] += pr * vv[i];
+            if (kHalfLast) half[r] += pj * vh;
         }
     }
-    for (int r = 0; r < R; ++r)
-        for (int i = 0; i < NV; ++i) store(o + r * dp + i * W, acc[r][i]);
+    for (int r = 0; r < R; ++r) {
+        for (int i = 0; i < kFull; ++i) store(o + r * dp + i * W, acc[r][i]);
+        if (kHalfLast) store_half(o + r * dp + kFull * W, half[r]);
+    }
 }
 
 // Rows per register block: 4 with 32 vector registers, 2 with 16. Scores take
@@ -117,8 +129,10 @@ void values(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t v
 // where the head is at most 3 vectors wide and there are 32 registers.
 void values_wide(const float* p, int64_t p_row, const float* v, int64_t dp, int64_t d, int64_t keys, float* o) {
     const int64_t vecs = (d + W - 1) / W;
+    const bool half_last = W >= 16 && d % W != 0 && d % W <= W / 2;
     switch (vecs) {
         case 3:
+            if (kWideRows == 8 && half_last) return value_block<kWideRows, 3, true>(p, p_row, v, dp, keys, o);
             if (kWideRows == 8) return value_block<kWideRows, 3>(p, p_row, v, dp, keys, o);
             break;
         case 2:

@@ -17,6 +17,11 @@ typedef float UnalignedVec __attribute__((vector_size(W * 4), aligned(4), may_al
 
 inline Vec load(const float* p) { return *reinterpret_cast<const UnalignedVec*>(p); }
 inline void store(float* p, Vec v) { *reinterpret_cast<UnalignedVec*>(p) = v; }
+// Half a vector (W / 2 floats), for a last block of channels that fills only half of one.
+typedef float HalfVec __attribute__((vector_size(W * 2)));
+typedef float UnalignedHalfVec __attribute__((vector_size(W * 2), aligned(4), may_alias));
+inline HalfVec load_half(const float* p) { return *reinterpret_cast<const UnalignedHalfVec*>(p); }
+inline void store_half(float* p, HalfVec v) { *reinterpret_cast<UnalignedHalfVec*>(p) = v; }
 // x - 0 is x for every x (-0 too), so this compiles to one broadcast, where
 // `Vec{} + x` keeps a scalar add for the sign of zero.
 inline Vec splat(float x) { return x - Vec{}; }
