@@ -27,6 +27,7 @@
 #include "io/embedding_file.h"
 #include "kernels/attention_kernel.h"
 #include "kernels/blocked_kernel.h"
+#include "kernels/pointwise_bf16.h"
 #include "kernels/winograd_bf16.h"
 #include "memory/planner.h"
 #include "sd/error.h"
@@ -184,6 +185,11 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
             static_cast<double>(kernels::winograd_bf16_scratch_bytes(static_cast<int64_t>(conv_split_bytes() / 4)));
         const int64_t vae_ch = memory_.vae_mid_channels;  // the VAE's widest 3x3 layers
         r.vae_scratch_bytes = static_cast<double>(kernels::winograd_bf16_scratch_bytes(vae_ch * vae_ch * 9));
+    }
+    if (cpu && stages_->compute_type() == at::kBFloat16) {  // sd::conv1x1's sums, kept for the whole run
+        const auto sums = static_cast<double>(kernels::pointwise_bf16_scratch_bytes());
+        r.unet_scratch_bytes += sums;
+        r.vae_scratch_bytes += sums;
     }
     return r;
 }

@@ -3,12 +3,13 @@
 #include "kernels/linear_kernel.h"
 #include "kernels/winograd_bf16.h"
 
+#include <algorithm>
+
 #if SD_HAVE_DNNL
 #include <immintrin.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,15 +24,21 @@ namespace sd::kernels {
 
 bool pointwise_bf16_available() { return winograd_bf16_available(); }
 
-#if SD_HAVE_DNNL
-
-namespace {
-
 // Columns (pixels) per product: the fp32 sums of one chunk stay at most 16 MiB, kept from
 // call to call (fresh pages cost more than the product here). A whole image's columns (the
 // UNet's layers, the VAE's at 64²) run oneDNN's brgemm kernel, a part of them (strided) its
 // older gemm, still 2-3x the convolution at the VAE's larger sizes.
 constexpr int64_t kSumFloats = 4 << 20;
+
+int64_t pointwise_bf16_chunk_columns(int64_t oc, int64_t hw) {
+    return std::min(hw, std::max<int64_t>(256, kSumFloats / std::max<int64_t>(oc, 1)));
+}
+
+int64_t pointwise_bf16_scratch_bytes() { return pointwise_bf16_available() ? kSumFloats * 4 : 0; }
+
+#if SD_HAVE_DNNL
+
+namespace {
 
 struct Product {
     dnnl::matmul mm;
@@ -77,7 +84,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void finish(cons
 bool pointwise_bf16(const uint16_t* x, int64_t n, int64_t ic, int64_t hw, const uint16_t* w, int64_t oc,
                     const uint16_t* bias, uint16_t* y) {
     if (!pointwise_bf16_available() || n < 1 || ic < 1 || oc < 1 || hw < 1) return false;
-    const int64_t cols = std::min(hw, std::max<int64_t>(256, kSumFloats / oc));
+    const int64_t cols = pointwise_bf16_chunk_columns(oc, hw);
     std::vector<float> b(oc, 0.0f);
     thread_local std::vector<float> sums;
     if (static_cast<int64_t>(sums.size()) < oc * cols) sums.resize(oc * cols);

@@ -41,7 +41,7 @@ struct MemoryRequest {
     bool encode = false;  // the batch runs the VAE encoder on a height x width picture
     // Scratch the UNet's and the VAE's layers keep from call to call while they are loaded:
     // bf16's Winograd convolutions (kernels/winograd_bf16.h), for the stage's largest layer (the
-    // UNet's: conv_split_bytes() at most).
+    // UNet's: conv_split_bytes() at most), and its 1x1 convolutions' sums (kernels/pointwise_bf16.h).
     double unet_scratch_bytes = 0, vae_scratch_bytes = 0;
 };
 

@@ -54,3 +54,18 @@ TEST(PointwiseBf16, Fp32TakesLibTorchsConvolution) {
     EXPECT_TRUE(at::equal(sd::conv1x1(x, w, b), at::conv2d(x, w, b)));
     EXPECT_TRUE(at::equal(sd::conv1x1(x, w, c10::nullopt), at::conv2d(x, w)));
 }
+
+// The sums a thread keeps stay within what the memory plan counts for them
+// (pointwise_bf16_scratch_bytes), from SD's widest 1x1 layers to 16384 channels.
+TEST(PointwiseBf16, KeptSumsStayWithinThePlannedScratch) {
+    const int64_t planned = sd::kernels::pointwise_bf16_scratch_bytes();
+    EXPECT_EQ(planned > 0, sd::kernels::pointwise_bf16_available());
+    if (!sd::kernels::pointwise_bf16_available()) return;
+    for (int64_t oc : {1, 4, 128, 320, 512, 1280, 2560, 4096, 16384})
+        for (int64_t hw : {1, 64, 4096, 65536, 512 * 512, 1024 * 1024}) {
+            const int64_t cols = sd::kernels::pointwise_bf16_chunk_columns(oc, hw);
+            EXPECT_GE(cols, 1) << oc << " channels, " << hw << " pixels";
+            EXPECT_LE(cols, hw) << oc << " channels, " << hw << " pixels";
+            EXPECT_LE(oc * cols * 4, planned) << oc << " channels, " << hw << " pixels";
+        }
+}
