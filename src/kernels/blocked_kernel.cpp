@@ -11,9 +11,7 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -128,23 +126,17 @@ dnnl::convolution_forward::primitive_desc conv_pd(const ConvShape& s, dnnl::algo
     return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_cpu_engine());
 }
 
-// Primitives cost far more to make than a small one takes to run; a run uses
-// a few dozen shapes (each layer's, at one or two image sizes).
 std::shared_ptr<const dnnl::convolution_forward> conv_primitive(const ConvShape& s, bool with_bias, bool accumulate) {
-    static std::mutex mu;
     using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                            int64_t, int64_t, int, bool, bool>;
-    static std::map<Key, std::shared_ptr<const dnnl::convolution_forward>> cache;
+    static PrimitiveCache<Key, dnnl::convolution_forward> cache;
     const Key key{s.n,       s.ic,       s.oc,         s.ih,        s.iw,    s.kh,      s.kw,      s.stride,
                   s.pad_top, s.pad_left, s.pad_bottom, s.pad_right, s.block, with_bias, accumulate};
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-    if (cache.size() >= 512) cache.clear();  // ever-new sizes: start over
-    const dnnl::memory::desc wei({s.oc, s.ic, s.kh, s.kw}, dt::f32, weight_tag(s.block));
-    auto made = std::make_shared<const dnnl::convolution_forward>(
-        conv_pd(s, dnnl::algorithm::convolution_direct, wei, with_bias, accumulate));
-    cache.emplace(key, made);
-    return made;
+    return cache.get(key, [&] {
+        const dnnl::memory::desc wei({s.oc, s.ic, s.kh, s.kw}, dt::f32, weight_tag(s.block));
+        return std::make_shared<const dnnl::convolution_forward>(
+            conv_pd(s, dnnl::algorithm::convolution_direct, wei, with_bias, accumulate));
+    });
 }
 
 void reorder(const dnnl::memory::desc& from, const float* x, const dnnl::memory::desc& to, float* y) {
@@ -190,24 +182,20 @@ std::shared_ptr<const WinogradPrimitive> winograd_primitive(const ConvShape& s, 
         layout = winograd_primitive(s, true, false);
         if (!layout) return nullptr;
     }
-    static std::mutex mu;
     using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
-    static std::map<Key, std::shared_ptr<const WinogradPrimitive>> cache;
-    const Key key{s.n, s.ic, s.oc, s.ih, s.iw, with_bias, accumulate, slot_layout};
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-    if (cache.size() >= 512) cache.clear();
-    const dnnl::memory::desc wei =
-        layout ? layout->pd.weights_desc() : dnnl::memory::desc({s.oc, s.ic, 3, 3}, dt::f32, tag::any);
-    std::shared_ptr<const WinogradPrimitive> made;
-    try {
-        const auto pd = conv_pd(s, dnnl::algorithm::convolution_winograd, wei, with_bias, accumulate);
-        made = std::make_shared<const WinogradPrimitive>(WinogradPrimitive{pd, dnnl::convolution_forward(pd)});
-    } catch (const dnnl::error&) {
-        // unimplemented for this shape or CPU: the direct convolution runs
-    }
-    cache.emplace(key, made);
-    return made;
+    static PrimitiveCache<Key, WinogradPrimitive> cache;
+    return cache.get(
+        Key{s.n, s.ic, s.oc, s.ih, s.iw, with_bias, accumulate, slot_layout},
+        [&]() -> std::shared_ptr<const WinogradPrimitive> {
+            const dnnl::memory::desc wei =
+                layout ? layout->pd.weights_desc() : dnnl::memory::desc({s.oc, s.ic, 3, 3}, dt::f32, tag::any);
+            try {
+                const auto pd = conv_pd(s, dnnl::algorithm::convolution_winograd, wei, with_bias, accumulate);
+                return std::make_shared<const WinogradPrimitive>(WinogradPrimitive{pd, dnnl::convolution_forward(pd)});
+            } catch (const dnnl::error&) {
+                return nullptr;  // unimplemented for this shape or CPU: the direct convolution runs
+            }
+        });
 }
 
 // oneDNN's F(4x4, 3x3) weights (its OBaaIBOIio layout, 16-channel blocks): U = G g Gᵀ

@@ -3,9 +3,7 @@
 #if SD_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 #include <unordered_map>
 
@@ -31,20 +29,10 @@ struct Primitive {
     dnnl::memory::desc src, weights, bias, dst;
 };
 
-// Building a primitive costs far more than running a small one, and a run
-// uses a handful of shapes (one per layer width and token count).
-std::shared_ptr<const Primitive> primitive_for(int64_t rows, int64_t in, int64_t out, bool has_bias) {
+std::shared_ptr<const Primitive> make_primitive(int64_t rows, int64_t in, int64_t out, bool has_bias) {
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
-    static std::mutex mu;
-    static std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::shared_ptr<const Primitive>> cache;
-    std::lock_guard<std::mutex> lock(mu);
-    const auto key = std::make_tuple(rows, in, out, has_bias);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-    // A long batch of ever-new sizes: start over (callers hold their own reference).
-    if (cache.size() >= 256) cache.clear();
     auto made = std::make_shared<Primitive>();
     Primitive& p = *made;
     p.src = md({rows, in}, dt::f32, tag::ab);
@@ -56,8 +44,13 @@ std::shared_ptr<const Primitive> primitive_for(int64_t rows, int64_t in, int64_t
             ? dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src, p.weights, p.bias, p.dst)
             : dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_inference, p.src, p.weights, p.dst);
     p.ip = dnnl::inner_product_forward(dnnl::inner_product_forward::primitive_desc(d, dnnl_cpu_engine()));
-    cache.emplace(key, made);
     return made;
+}
+
+// One per layer width and token count.
+std::shared_ptr<const Primitive> primitive_for(int64_t rows, int64_t in, int64_t out, bool has_bias) {
+    static PrimitiveCache<std::tuple<int64_t, int64_t, int64_t, bool>, Primitive> cache;
+    return cache.get({rows, in, out, has_bias}, [&] { return make_primitive(rows, in, out, has_bias); });
 }
 
 }  // namespace

@@ -10,9 +10,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -48,19 +46,15 @@ struct Product {
 std::shared_ptr<const Product> product_for(int64_t oc, int64_t ic, int64_t cols, int64_t hw) {
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
-    static std::mutex mu;
-    static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::shared_ptr<const Product>> cache;
-    std::lock_guard<std::mutex> lock(mu);
-    auto& slot = cache[{oc, ic, cols, hw}];
-    if (!slot) {
+    static PrimitiveCache<std::tuple<int64_t, int64_t, int64_t, int64_t>, Product> cache;
+    return cache.get({oc, ic, cols, hw}, [&] {
         auto p = std::make_shared<Product>();
         p->w = md({oc, ic}, dt::bf16, dnnl::memory::format_tag::ab);
         p->x = md({ic, cols}, dt::bf16, dnnl::memory::dims{hw, 1});
         p->y = md({oc, cols}, dt::f32, dnnl::memory::format_tag::ab);
         p->mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->w, p->x, p->y), dnnl_cpu_engine()));
-        slot = p;
-    }
-    return slot;
+        return p;
+    });
 }
 
 // y's columns [j, j + cols) of every row o: the sums plus the bias, rounded once.

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -219,19 +218,15 @@ std::shared_ptr<const Products> products_for(int64_t oc, int64_t ic, int64_t til
     using md = dnnl::memory::desc;
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
-    static std::mutex mu;
-    static std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<const Products>> cache;
-    std::lock_guard<std::mutex> lock(mu);
-    auto& slot = cache[{oc, ic, tiles}];
-    if (!slot) {
+    static PrimitiveCache<std::tuple<int64_t, int64_t, int64_t>, Products> cache;
+    return cache.get({oc, ic, tiles}, [&] {
         auto p = std::make_shared<Products>();
         p->u = md({16, oc, ic}, dt::bf16, tag::abc);
         p->v = md({16, ic, tiles}, dt::bf16, tag::abc);
         p->m = md({16, oc, tiles}, dt::f32, tag::abc);
         p->mm = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->u, p->v, p->m), dnnl_cpu_engine()));
-        slot = p;
-    }
-    return slot;
+        return p;
+    });
 }
 
 template <typename T>
