@@ -179,17 +179,15 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
         r.winograd = options_.winograd;
     r.winograd_added_floats = winograd_added_floats();
     std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
-    if (cpu && stages_->compute_type() == at::kBFloat16 && options_.winograd.value_or(true) &&
-        kernels::winograd_bf16_available()) {
-        r.unet_scratch_bytes =
-            static_cast<double>(kernels::winograd_bf16_scratch_bytes(static_cast<int64_t>(conv_split_bytes() / 4)));
-        const int64_t vae_ch = memory_.vae_mid_channels;  // the VAE's widest 3x3 layers
-        r.vae_scratch_bytes = static_cast<double>(kernels::winograd_bf16_scratch_bytes(vae_ch * vae_ch * 9));
-    }
-    if (cpu && stages_->compute_type() == at::kBFloat16) {  // sd::conv1x1's sums, kept for the whole run
-        const auto sums = static_cast<double>(kernels::pointwise_bf16_scratch_bytes());
-        r.unet_scratch_bytes += sums;
-        r.vae_scratch_bytes += sums;
+    if (cpu && stages_->compute_type() == at::kBFloat16) {
+        // sd::conv1x1's sums, kept for the whole run
+        r.unet_scratch_bytes = r.vae_scratch_bytes = static_cast<double>(kernels::pointwise_bf16_scratch_bytes());
+        if (options_.winograd.value_or(true) && kernels::winograd_bf16_available()) {
+            r.unet_scratch_bytes +=
+                static_cast<double>(kernels::winograd_bf16_scratch_bytes(static_cast<int64_t>(conv_split_bytes() / 4)));
+            const int64_t vae_ch = memory_.vae_mid_channels;  // the VAE's widest 3x3 layers
+            r.vae_scratch_bytes += static_cast<double>(kernels::winograd_bf16_scratch_bytes(vae_ch * vae_ch * 9));
+        }
     }
     return r;
 }
