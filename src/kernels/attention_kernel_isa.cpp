@@ -437,17 +437,26 @@ inline void score_dots(const uint16_t* q, int64_t q_row, int64_t pairs, const ui
     for (int r = 0; r < R; ++r) finish(r, acc[r][0], acc[r][1]);
 }
 
+// The scores of a group of 16 query rows against `keys` keys from kt, 32 keys of kDotRows
+// rows at a time, each row's handed to finish(row, first key, S[row][key..+16), S[row][key+16..+32)).
 // As the AMX build's: the channel pairs past the head's width are zero in q and kᵀ alike, so they are skipped.
-inline void group_scores(const uint16_t* q, int64_t d2, int64_t d, const uint16_t* kt, int64_t keys, float* s,
-                         int64_t s_row) {
+template <class Finish>
+inline void group_score_dots(const uint16_t* q, int64_t d2, int64_t d, const uint16_t* kt, int64_t keys,
+                             Finish&& finish) {
     const int64_t pairs = (d + 1) / 2, panel = d2 * 2 * kLanes;
     for (int64_t r = 0; r < kTileRows; r += kDotRows)
         for (int64_t j = 0; j < keys; j += 2 * kLanes)
             score_dots<kDotRows>(q + r * 2 * d2, 2 * d2, pairs, kt + (j / kLanes) * panel,
-                                 kt + (j / kLanes + 1) * panel, [&](int i, __m512 s0, __m512 s1) {
-                                     _mm512_storeu_ps(s + (r + i) * s_row + j, s0);
-                                     _mm512_storeu_ps(s + (r + i) * s_row + j + kLanes, s1);
-                                 });
+                                 kt + (j / kLanes + 1) * panel,
+                                 [&](int i, __m512 s0, __m512 s1) { finish(r + i, j, s0, s1); });
+}
+
+inline void group_scores(const uint16_t* q, int64_t d2, int64_t d, const uint16_t* kt, int64_t keys, float* s,
+                         int64_t s_row) {
+    group_score_dots(q, d2, d, kt, keys, [&](int64_t row, int64_t j, __m512 s0, __m512 s1) {
+        _mm512_storeu_ps(s + row * s_row + j, s0);
+        _mm512_storeu_ps(s + row * s_row + j + kLanes, s1);
+    });
 }
 
 // Scores at most 2^kLazyBound times a row's reference maximum need no new maximum.
@@ -466,30 +475,23 @@ inline bool lazy_softmax_rows(const uint16_t* q, int64_t d2, int64_t d, const ui
     alignas(64) float shift[kTileRows];
     _mm512_store_ps(shift, _mm512_mul_ps(ref, _mm512_set1_ps(-c)));
     const __m512 vc = _mm512_set1_ps(c), bound = _mm512_set1_ps(kLazyBound);
-    const int64_t pairs = (d + 1) / 2, panel = d2 * 2 * kLanes;
     alignas(64) float sums[kTileRows][kLanes] = {};  // in memory: the score registers need all 32
     __mmask16 over = 0;
-    for (int64_t r = 0; r < kTileRows; r += kDotRows)
-        for (int64_t j = 0; j < keys; j += 2 * kLanes) {
-            // Padding keys (from `valid` on, in the last 32 only) get probability 0.
-            const int64_t left = valid - j;
-            const __mmask16 m0 = left >= kLanes ? 0xFFFF : left > 0 ? (1u << left) - 1 : 0;
-            const __mmask16 m1 = left >= 2 * kLanes ? 0xFFFF : left > kLanes ? (1u << (left - kLanes)) - 1 : 0;
-            score_dots<kDotRows>(q + r * 2 * d2, 2 * d2, pairs, kt + (j / kLanes) * panel,
-                                 kt + (j / kLanes + 1) * panel, [&](int i, __m512 s0, __m512 s1) {
-                                     const __m512 shift_i = _mm512_set1_ps(shift[r + i]);
-                                     const __m512 t0 = _mm512_fmadd_ps(s0, vc, shift_i);
-                                     const __m512 t1 = _mm512_fmadd_ps(s1, vc, shift_i);
-                                     over |= _mm512_mask_cmp_ps_mask(m0, t0, bound, _CMP_GT_OQ) |
-                                             _mm512_mask_cmp_ps_mask(m1, t1, bound, _CMP_GT_OQ);
-                                     const __m512 e0 = _mm512_maskz_mov_ps(m0, exp2_bounded(t0));
-                                     const __m512 e1 = _mm512_maskz_mov_ps(m1, exp2_bounded(t1));
-                                     float* sum = sums[r + i];
-                                     _mm512_store_ps(sum, _mm512_add_ps(_mm512_load_ps(sum), _mm512_add_ps(e0, e1)));
-                                     _mm512_storeu_si512(pb + (r + i) * p_row + j,
-                                                         (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
-                                 });
-        }
+    group_score_dots(q, d2, d, kt, keys, [&](int64_t row, int64_t j, __m512 s0, __m512 s1) {
+        // Padding keys (from `valid` on, in the last 32 only) get probability 0.
+        const int64_t left = valid - j;
+        const __mmask16 m0 = left >= kLanes ? 0xFFFF : left > 0 ? (1u << left) - 1 : 0;
+        const __mmask16 m1 = left >= 2 * kLanes ? 0xFFFF : left > kLanes ? (1u << (left - kLanes)) - 1 : 0;
+        const __m512 shift_row = _mm512_set1_ps(shift[row]);
+        const __m512 t0 = _mm512_fmadd_ps(s0, vc, shift_row);
+        const __m512 t1 = _mm512_fmadd_ps(s1, vc, shift_row);
+        over |= _mm512_mask_cmp_ps_mask(m0, t0, bound, _CMP_GT_OQ) | _mm512_mask_cmp_ps_mask(m1, t1, bound, _CMP_GT_OQ);
+        const __m512 e0 = _mm512_maskz_mov_ps(m0, exp2_bounded(t0));
+        const __m512 e1 = _mm512_maskz_mov_ps(m1, exp2_bounded(t1));
+        float* sum = sums[row];
+        _mm512_store_ps(sum, _mm512_add_ps(_mm512_load_ps(sum), _mm512_add_ps(e0, e1)));
+        _mm512_storeu_si512(pb + row * p_row + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+    });
     if (over) return false;
     for (int64_t i = 0; i < kTileRows; ++i) row_sum[i] += _mm512_reduce_add_ps(_mm512_load_ps(sums[i]));
     return true;
