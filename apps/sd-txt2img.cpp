@@ -317,7 +317,9 @@ void add_flags(CLI::App& app, Flags& f) {
                    "W/8]");
     // Memory: see docs/memory.md and docs/cli.md. Unset choices are left to the planner.
     app.add_option("--attention", f.attention, "auto, fused, full, per-head or chunked[:N]")->capture_default_str();
-    app.add_option("--max-memory", f.max_memory, "memory budget, e.g. 4G (default: what the machine has available)");
+    app.add_option("--max-memory", f.max_memory,
+                   "memory budget, e.g. 4G (default: what the machine, and the memory cgroup of a container or batch "
+                   "job, has available)");
     app.add_option(
            "--prepack", f.prepack,
            "auto or on: convolution weights in oneDNN's layout from load on (fp32 on a CPU); off: as in the file")

@@ -70,6 +70,7 @@ struct MemoryPlan {
     int64_t conv_split = 0;  // conv weight bytes per call, 0 = whole weight
     double base = 0;         // the process before any stage is loaded
     double budget = 0;
+    bool budget_from_cgroup = false;  // the process's memory cgroup allowed less than the machine had
     StagePrediction text, unet, vae;
     // The VAE encoder (a batch that starts from a picture, or the hires fix's
     // lanczos pass): loaded for its encode and released after it, tiled as the

@@ -29,6 +29,7 @@
 #include "kernels/blocked_kernel.h"
 #include "kernels/pointwise_bf16.h"
 #include "kernels/winograd_bf16.h"
+#include "memory/memory_budget.h"
 #include "memory/planner.h"
 #include "sd/error.h"
 #include "sd/tokenizer.h"
@@ -155,7 +156,15 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     r.guidance = s.scale != 1.0;
     r.encode = s.init.active();
     const bool cpu = stages_->device().is_cpu();
-    r.budget = options_.max_memory > 0 ? options_.max_memory : cpu ? available_memory() : kDefaultGpuBudget;
+    if (options_.max_memory > 0) {
+        r.budget = options_.max_memory;
+    } else if (cpu) {
+        const MemoryBudget b = memory_budget(this_process_memory());
+        r.budget = b.bytes;
+        r.budget_from_cgroup = b.from_cgroup;
+    } else {
+        r.budget = kDefaultGpuBudget;
+    }
     r.sequential = options_.sequential;
     if (options_.attention != "auto") r.attention = parse_attention(options_.attention);
     if (options_.batch_size) r.unet_rows = *options_.batch_size * (r.guidance ? 2 : 1);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -135,16 +134,6 @@ static std::string suggest_size(double bytes) {
     else
         std::snprintf(buf, sizeof buf, "%.0fM", std::ceil(bytes / (1024.0 * 1024)));
     return buf;
-}
-
-double available_memory() {
-    std::ifstream in("/proc/meminfo");
-    std::string key;
-    double kib = 0;
-    std::string unit;
-    while (in >> key >> kib >> unit)
-        if (key == "MemAvailable:") return kib * 1024;
-    return 4.0 * 1024 * 1024 * 1024;
 }
 
 static double file_size(const std::string& path) {
@@ -319,6 +308,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
     MemoryPlan p = choice;
     p.base = base;
     p.budget = r.budget;
+    p.budget_from_cgroup = r.budget_from_cgroup;
     const double h = r.height / m.downsample, w = r.width / m.downsample;
     const double rows = p.unet_rows;
 
@@ -419,7 +409,8 @@ std::string MemoryPlan::describe() const {
         o << "  " << name << ": weights " << format_size(s.weights) << ", activations " << format_size(s.activations)
           << ", attention scores " << format_size(s.scores) << ", stage peak " << format_size(s.total(base)) << "\n";
     };
-    o << "memory plan (budget " << format_size(budget) << ", process base " << format_size(base) << ")\n";
+    o << "memory plan (budget " << format_size(budget) << (budget_from_cgroup ? ", the memory cgroup's limit" : "")
+      << ", process base " << format_size(base) << ")\n";
     row("text encoder", text);
     row("unet        ", unet);
     row("vae decoder ", vae);
@@ -515,13 +506,15 @@ MemoryPlan plan_memory(const MemoryModel& m, const MemoryRequest& r, double base
                             }
                         }
     throw Error(
-        "not enough memory: the budget is " + format_size(r.budget) + " but the smallest plan (" +
+        "not enough memory: the budget is " + format_size(r.budget) +
+        (r.budget_from_cgroup ? " (what the process's memory cgroup allows)" : "") + " but the smallest plan (" +
         (smallest.sequential ? std::string("sequential loading, ") : std::string("resident stages, ")) +
         (smallest.prepack ? "prepacked convolutions, " : "") + smallest.attention_name() + " attention, " +
         std::to_string(smallest.unet_rows) + " UNet rows, " +
         (smallest.vae_tile ? "VAE tiles of " + std::to_string(smallest.vae_tile) : std::string("whole-image VAE")) +
-        ") needs about " + format_size(smallest_peak) + "; use --max-memory " + suggest_size(smallest_peak) +
-        " or more" + (r.half_weights ? "" : ", --weights fp16") + " or a smaller image");
+        ") needs about " + format_size(smallest_peak) +
+        (r.budget_from_cgroup ? "; give the job a memory limit of " : "; use --max-memory ") +
+        suggest_size(smallest_peak) + " or more" + (r.half_weights ? "" : ", --weights fp16") + " or a smaller image");
 }
 
 }  // namespace sd

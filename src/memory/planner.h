@@ -18,6 +18,7 @@ struct MemoryRequest {
     int images = 1;                             // images in the largest batch of the run
     bool guidance = true;                       // scale != 1: the UNet sees 2 rows per image
     double budget = 0;                          // bytes; 0: what the machine has available
+    bool budget_from_cgroup = false;            // memory_budget.h: the memory cgroup set it
     std::optional<bool> sequential;             // --sequential-load on|off
     std::optional<AttentionSetting> attention;  // --attention, unless auto
     std::optional<int> unet_rows;               // rows per UNet pass (2 per image with guidance)
@@ -81,9 +82,6 @@ MemoryModel memory_model(const ModelConfig& config);
 
 // The VAE stage becomes a TAESD of `channels` channels holding `weight_bytes`.
 void set_taesd_stage(MemoryModel& m, int channels, double weight_bytes);
-
-// Bytes the machine can give now (MemAvailable).
-double available_memory();
 
 // Predicts one configuration.
 MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, const MemoryPlan& choice);
