@@ -931,7 +931,11 @@ int main(int argc, char** argv) {
         check_png_jobs(app, f);
         resolve_model_flag(app, f);  // after every other check: a first use exports (minutes)
         if (f.dry_run) return dry_run(app, f);
-        const auto pipeline = sd::load_pipeline(pipeline_options(app, f));
+        const sd::PipelineOptions options = pipeline_options(app, f);
+        if (options.max_memory > 0)
+            if (const std::string w = sd::max_memory_over_cgroup(options.max_memory); !w.empty())
+                std::cerr << "sd-txt2img: warning: " << w << std::endl;
+        const auto pipeline = sd::load_pipeline(options);
         use_model_defaults(app, pipeline->config(), pipeline->embeddings(), f);
         // The compute precision changes the picture: recorded when not fp32 ("Precision: bf16").
         if (pipeline->compute().precision != "fp32") f.job.precision = pipeline->compute().precision;

@@ -27,6 +27,11 @@ AttentionSetting parse_attention(const std::string& text);
 double parse_size(const std::string& text);
 std::string format_size(double bytes);  // "3.42 GiB"
 
+// "" or a warning: a --max-memory of `max_memory` bytes above what the process's
+// memory cgroup (a container, a batch job) lets it hold, where the kernel would
+// kill the process before the plan's peak.
+std::string max_memory_over_cgroup(double max_memory);
+
 struct StagePrediction {
     double weights = 0, activations = 0, scores = 0;
     // Activations still live while the attention scores are: all of them in

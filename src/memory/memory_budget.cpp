@@ -1,5 +1,7 @@
 #include "memory/memory_budget.h"
 
+#include "sd/memory_plan.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -151,6 +153,19 @@ MemoryBudget memory_budget(const MemorySources& s) {
     b.from_cgroup = cgroup && *cgroup < machine;
     b.bytes = (b.from_cgroup ? *cgroup : machine) + kib_field(s.status, "RssAnon").value_or(0);
     return b;
+}
+
+std::string max_memory_over_cgroup(double max_memory, const MemorySources& s) {
+    const auto room = cgroup_room(s.cgroups, s.cgroup_root);
+    if (!room) return "";
+    const double allowed = *room + kib_field(s.status, "RssAnon").value_or(0);
+    if (max_memory <= allowed) return "";
+    return "--max-memory " + format_size(max_memory) + " is more than this process's memory cgroup lets it hold (" +
+           format_size(allowed) + "): the kernel kills the process at that limit, whatever the plan";
+}
+
+std::string max_memory_over_cgroup(double max_memory) {
+    return max_memory_over_cgroup(max_memory, this_process_memory());
 }
 
 }  // namespace sd

@@ -39,4 +39,7 @@ struct MemoryBudget {
 
 MemoryBudget memory_budget(const MemorySources& s);
 
+// sd/memory_plan.h's max_memory_over_cgroup, from these sources.
+std::string max_memory_over_cgroup(double max_memory, const MemorySources& s);
+
 }  // namespace sd

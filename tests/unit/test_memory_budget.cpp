@@ -169,3 +169,18 @@ TEST(MemoryBudget, PlansNameTheCgroupThatSetTheirBudget) {
     r.budget_from_cgroup = false;
     EXPECT_EQ(sd::plan_memory(m, r, 0).describe().find("cgroup"), std::string::npos);
 }
+
+TEST(MemoryBudget, AMaxMemoryAboveTheCgroupsLimitIsWarnedAbout) {
+    sd::MemorySources s;
+    s.meminfo = meminfo(20 * GiB);
+    s.status = status(GiB);
+    s.cgroup_root = sdtest::temp_dir();
+    EXPECT_EQ(sd::max_memory_over_cgroup(16 * GiB, s), "");  // no cgroup limit: the user's budget stands
+    // A job limited to 8 GiB, 1 GiB of it this process's own memory: it may hold 8 GiB in all.
+    cgroup_dir(s.cgroup_root, "job", {{"memory.max", bytes(8 * GiB)}, {"memory.current", bytes(GiB)}});
+    s.cgroups = "0::/job\n";
+    EXPECT_EQ(sd::max_memory_over_cgroup(8 * GiB, s), "");
+    const std::string w = sd::max_memory_over_cgroup(12 * GiB, s);
+    EXPECT_EQ(w, "--max-memory 12.00 GiB is more than this process's memory cgroup lets it hold (8.00 GiB): the "
+                 "kernel kills the process at that limit, whatever the plan");
+}
