@@ -348,7 +348,9 @@ void add_flags(CLI::App& app, Flags& f) {
                  "they would carry), and exit: reads the model's model.json, loads no weights, writes nothing");
     app.add_flag("--verbose", f.verbose,
                  "after the run, print predicted vs measured peak memory per stage and load times");
-    app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->capture_default_str();
+    app.add_option("--threads", f.threads,
+                   "CPU threads (0: one per CPU this process may use: its affinity mask and its cgroup's CPU quota)")
+        ->capture_default_str();
     // Text add-ons (issue 19): clip skip and textual-inversion embeddings.
     app.add_option("--clip-skip", f.job.settings.clip_skip,
                    "text encoder layers to skip, A1111's numbering: 1 = none, 2 = the last one (the prompt only; "

@@ -25,7 +25,7 @@ struct PipelineOptions {
     // VAE's larger ones): unset: the UNet's when memory allows (the VAE's and bf16's hold
     // no weights: on unless false).
     std::optional<bool> winograd;
-    int threads = 0;                 // 0: one per core
+    int threads = 0;                 // 0: one per usable CPU
     double max_memory = 0;           // bytes; 0: what the machine has available
     std::optional<bool> sequential;  // unset: the planner decides
     std::optional<int> batch_size;   // images per UNet pass; unset: the planner decides

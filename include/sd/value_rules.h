@@ -28,7 +28,7 @@ double check_scale(const std::string& what, double v);
 // clamped). Throws sd::Error naming `what` otherwise.
 uint64_t parse_seed(const std::string& what, const std::string& text);
 
-// CPU threads: 0 (one per core) up to max_threads(). Throws sd::Error giving the limit.
+// CPU threads: 0 (one per usable CPU) up to max_threads(). Throws sd::Error giving the limit.
 int check_threads(int64_t threads);
 
 // Clip skip in AUTOMATIC1111's numbering against the text encoder's layers

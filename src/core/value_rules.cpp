@@ -50,7 +50,7 @@ int max_threads() {
 
 int check_threads(int64_t threads) {
     if (threads < 0 || threads > max_threads())
-        throw Error("--threads must be from 0 (one per core) to " + std::to_string(max_threads()) +
+        throw Error("--threads must be from 0 (one per usable CPU) to " + std::to_string(max_threads()) +
                     " (four per core on this machine, at least 16), got " + std::to_string(threads));
     return static_cast<int>(threads);
 }

@@ -9,18 +9,20 @@
 #include <iterator>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "engine/block_cache.h"
+#include "io/cgroups.h"
 
 namespace sd {
 
 void configure_runtime(int threads) {
-    if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // One per CPU the process may use, not per CPU of the machine: in a Slurm job
+    // or a container those can be 2 of 64.
+    if (threads <= 0) threads = usable_cpus();
     at::set_num_threads(threads);
     // OpenBLAS keeps its own thread count; find its setter in whatever BLAS
     // LibTorch was linked against (absent for other BLAS implementations).

@@ -8,7 +8,7 @@ namespace sd {
 // Sets LibTorch's intra-op threads and OpenBLAS's threads (LibTorch does not
 // forward its setting to OpenBLAS) and flushes denormals (random-weight and
 // real models both produce them late in sampling, where they cost 10-100x).
-// threads <= 0 means one per core.
+// threads <= 0 means one per CPU the process may use (io/cgroups.h usable_cpus).
 void configure_runtime(int threads);
 
 // Peak resident set size of this process so far, in bytes (from /proc).

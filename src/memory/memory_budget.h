@@ -27,16 +27,13 @@ MemorySources this_process_memory();
 // Bytes of a "Key: N kB" line of /proc/meminfo or /proc/self/status.
 std::optional<double> kib_field(const std::string& text, const std::string& key);
 
-// The least room (limit - usage + the file cache it could reclaim) over the
-// process's memory cgroup and the cgroups above it, v1 or v2, where cgroups is
-// the text of /proc/self/cgroup. None where no cgroup on the way has a limit.
-std::optional<double> cgroup_room(const std::string& cgroups, const std::string& root);
-
 struct MemoryBudget {
     double bytes = 0;
     bool from_cgroup = false;  // the cgroup's room was less than the machine's
 };
 
+// The least of the machine's MemAvailable and the memory cgroup's room
+// (io/cgroups.h), plus the process's RssAnon.
 MemoryBudget memory_budget(const MemorySources& s);
 
 // sd/memory_plan.h's max_memory_over_cgroup, from these sources.

@@ -641,7 +641,7 @@ TEST(Trust, LargestSeedIsRecordedExactlyAndRemakesTheImage) {
 TEST(Trust, ThreadCountIsCapped) {
     auto args = base_args(good_model(), sdtest::temp_dir());
     args.insert(args.end(), {"--threads", "100000"});
-    expect_clean_failure(run(args), "--threads must be from 0 (one per core) to ");
+    expect_clean_failure(run(args), "--threads must be from 0 (one per usable CPU) to ");
 }
 
 // A prompt file without line ends stops at the line limit: its memory does not

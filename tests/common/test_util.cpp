@@ -75,6 +75,11 @@ void write_text(const std::string& path, const std::string& text) {
     out << text;
 }
 
+void write_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+    std::filesystem::create_directories(dir);
+    for (const auto& [name, text] : files) write_text(dir + "/" + name, text);
+}
+
 std::vector<std::string> lines(const std::string& text) {
     std::vector<std::string> v;
     std::istringstream in(text);

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sdtest {
@@ -28,6 +29,8 @@ std::string temp_dir();
 
 std::string read_text(const std::string& path);
 void write_text(const std::string& path, const std::string& text);
+// Makes the folder `dir` (and its parents) and writes each (name, text) into it.
+void write_files(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files);
 std::vector<std::string> lines(const std::string& text);
 
 // The case folders of a shared conformance set (SD_SHARED_CONFORMANCE/SET/cases/*/)
