@@ -1,34 +1,22 @@
 #include "io/cgroups.h"
 
 #include <sched.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "io/fs_util.h"
+
 namespace sd {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-    std::ifstream in(path);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-bool is_dir(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// Decimal digits, then up to the end of the first line nothing but blanks.
+// Decimal digits with nothing but blanks (and newlines) around them.
 std::optional<double> number(const std::string& text) {
     const size_t begin = text.find_first_not_of(" \t");
     if (begin == std::string::npos) return std::nullopt;
@@ -74,11 +62,11 @@ void for_each_cgroup(const std::string& cgroups, const std::string& root, const 
             bool listed = false;
             while (std::getline(names, name, ',')) listed = listed || name == controller;
             if (!listed) continue;
-            base = is_dir(root + "/" + controllers) ? root + "/" + controllers : root + "/" + controller;
+            base = is_directory(root + "/" + controllers) ? root + "/" + controllers : root + "/" + controller;
         }
-        if (!is_dir(base)) continue;
+        if (!is_directory(base)) continue;
         while (path.size() > 1 && path.back() == '/') path.pop_back();
-        if (path.find("/..") != std::string::npos || !is_dir(base + path)) path = "/";
+        if (path.find("/..") != std::string::npos || !is_directory(base + path)) path = "/";
         for (;;) {
             visit(path == "/" ? base : base + path, controllers.empty());
             if (path == "/") break;
@@ -95,15 +83,15 @@ std::optional<double> memory_room_in(const std::string& dir, bool v2) {
     std::optional<double> limit;
     for (const char* name : v2 ? std::vector<const char*>{"memory.max", "memory.high"}
                                : std::vector<const char*>{"memory.limit_in_bytes"}) {
-        const auto v = number(read_text(dir + "/" + name));  // "max" (v2) is no number
+        const auto v = number(read_kernel_text(dir + "/" + name));  // "max" (v2) is no number
         if (v && *v < kNoMemoryLimit) limit = std::min(limit.value_or(*v), *v);
     }
     if (!limit) return std::nullopt;
-    const auto usage = number(read_text(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes")));
+    const auto usage = number(read_kernel_text(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes")));
     if (!usage) return std::nullopt;
     // The page cache counted in the usage is reclaimed before the kernel kills;
     // v1's hierarchical totals come first.
-    const std::string stat = read_text(dir + "/memory.stat");
+    const std::string stat = read_kernel_text(dir + "/memory.stat");
     const double cache = stat_value(stat, {"total_active_file", "active_file"}).value_or(0) +
                          stat_value(stat, {"total_inactive_file", "inactive_file"}).value_or(0);
     return std::max(0.0, *limit - *usage + std::min(cache, *usage));
@@ -111,15 +99,15 @@ std::optional<double> memory_room_in(const std::string& dir, bool v2) {
 
 std::optional<double> cpu_quota_in(const std::string& dir, bool v2) {
     if (v2) {  // cpu.max: "QUOTA PERIOD" or "max PERIOD"
-        const std::string text = read_text(dir + "/cpu.max");
+        const std::string text = read_kernel_text(dir + "/cpu.max");
         const size_t space = text.find(' ');
         if (space == std::string::npos) return std::nullopt;
         const auto quota = number(text.substr(0, space)), period = number(text.substr(space + 1));
         if (!quota || !period || *period <= 0) return std::nullopt;
         return *quota / *period;
     }
-    const auto quota = number(read_text(dir + "/cpu.cfs_quota_us"));  // -1: none (no number)
-    const auto period = number(read_text(dir + "/cpu.cfs_period_us"));
+    const auto quota = number(read_kernel_text(dir + "/cpu.cfs_quota_us"));  // -1: none (no number)
+    const auto period = number(read_kernel_text(dir + "/cpu.cfs_period_us"));
     if (!quota || !period || *period <= 0) return std::nullopt;
     return *quota / *period;
 }
@@ -155,7 +143,7 @@ int usable_cpus() {
     const int affinity = sched_getaffinity(0, sizeof set, &set) == 0
                              ? CPU_COUNT(&set)
                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return usable_cpus(affinity, cgroup_cpu_quota(read_text("/proc/self/cgroup"), "/sys/fs/cgroup"));
+    return usable_cpus(affinity, cgroup_cpu_quota(read_kernel_text("/proc/self/cgroup"), "/sys/fs/cgroup"));
 }
 
 }  // namespace sd

@@ -34,6 +34,10 @@ size_t check_regular_file(const std::string& path, const std::string& what);
 // larger than max_bytes (no byte of it is read then).
 std::string read_file_capped(const std::string& path, size_t max_bytes, const std::string& what);
 
+// The text of a kernel interface file (/proc, /sys: their sizes read as 0), at
+// most 1 MiB of it; "" where it cannot be read.
+std::string read_kernel_text(const std::string& path);
+
 bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);

@@ -1,30 +1,18 @@
 #include "memory/memory_budget.h"
 
-#include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include "io/cgroups.h"
+#include "io/fs_util.h"
 #include "sd/memory_plan.h"
 
 namespace sd {
 
-namespace {
-
-std::string read_text(const std::string& path) {
-    std::ifstream in(path);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-}  // namespace
-
 MemorySources this_process_memory() {
     MemorySources s;
-    s.meminfo = read_text("/proc/meminfo");
-    s.status = read_text("/proc/self/status");
-    s.cgroups = read_text("/proc/self/cgroup");
+    s.meminfo = read_kernel_text("/proc/meminfo");
+    s.status = read_kernel_text("/proc/self/status");
+    s.cgroups = read_kernel_text("/proc/self/cgroup");
     return s;
 }
 
