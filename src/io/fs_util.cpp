@@ -150,6 +150,7 @@ std::string read_kernel_text(const std::string& path) {
     char buf[4096];
     for (;;) {
         const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0 || text.size() + static_cast<size_t>(n) > (1u << 20)) break;
         text.append(buf, static_cast<size_t>(n));
     }

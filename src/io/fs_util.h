@@ -35,7 +35,8 @@ size_t check_regular_file(const std::string& path, const std::string& what);
 std::string read_file_capped(const std::string& path, size_t max_bytes, const std::string& what);
 
 // The text of a kernel interface file (/proc, /sys: their sizes read as 0), at
-// most 1 MiB of it; "" where it cannot be read.
+// most 1 MiB of it. "" where it cannot be read, without an error: a cgroup file
+// that is missing means no limit.
 std::string read_kernel_text(const std::string& path);
 
 bool file_exists(const std::string& path);

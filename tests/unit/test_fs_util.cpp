@@ -50,7 +50,7 @@ TEST(FsUtil, RefusesFilesOverTheCap) {
 TEST(FsUtil, ReadsKernelFilesWhoseSizeIsZero) {
     struct stat st {};
     ASSERT_EQ(::stat("/proc/self/status", &st), 0);
-    EXPECT_EQ(st.st_size, 0);  // why the capped reader, which trusts the size, is not used for these
+    EXPECT_EQ(st.st_size, 0);
     EXPECT_NE(sd::read_kernel_text("/proc/self/status").find("\nVmRSS:"), std::string::npos);
     EXPECT_EQ(sd::read_kernel_text("/proc/self/no-such-file"), "");
     EXPECT_EQ(sd::read_kernel_text(sdtest::temp_dir()), "");  // a folder reads as nothing
