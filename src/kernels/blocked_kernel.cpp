@@ -225,8 +225,9 @@ __attribute__((target("avx512f"))) void winograd_4x3_weights(const float* packed
     }();
     const int64_t nb_oc = d.oc / L, nb_ic = d.ic / L;
     const int64_t ic_chunks = nb_ic / d.ic2_block;
-    // Output blocks write disjoint parts of the slot. Both threads also take the
-    // first touch of its fresh pages, most of a load's time on some VMs.
+    // Output blocks write disjoint parts of the slot. Every thread then also takes
+    // its share of the slot's first touch of fresh pages, most of a load's time on
+    // some VMs.
 #pragma omp parallel for schedule(static)
     for (int64_t ocb = 0; ocb < nb_oc; ++ocb) {
         const int64_t occ = ocb / d.oc2_block, ob2 = ocb % d.oc2_block;
