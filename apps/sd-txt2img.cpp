@@ -866,6 +866,10 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
         progress.clear();
         std::cerr << "sd-txt2img: " << text << std::endl;
     };
+    events.warning = [&](const std::string& text) {
+        progress.clear();
+        std::cerr << "sd-txt2img: warning: " << text << std::endl;
+    };
     events.stop_requested = [] { return g_stop != 0; };
     // Previews were asked for, so their paths are shown even with --quiet; stdout stays the images'.
     if (f.preview > 0)

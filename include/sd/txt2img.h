@@ -102,8 +102,9 @@ struct ImageRecord {
 struct Txt2ImgEvents {
     std::function<void(const ImageRecord&)> image_written;
     std::function<void(const ProgressInfo&)> progress;
-    std::function<bool()> stop_requested;          // checked between sampler steps and between batches
-    std::function<void(const std::string&)> note;  // informational messages (skipped files)
+    std::function<bool()> stop_requested;             // checked between sampler steps and between batches
+    std::function<void(const std::string&)> note;     // informational messages (skipped files)
+    std::function<void(const std::string&)> warning;  // what the user should hear even with --quiet
     // The --grid image: its path, its "parameters" text and how many images it shows.
     std::function<void(const std::string& path, const std::string& parameters, int images)> grid_written;
     // A preview image written (PipelineOptions::preview_every): OUTDIR/previews/NAME-stepNNN.png,

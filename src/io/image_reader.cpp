@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <fstream>
 
 #include "io/fs_util.h"
 #include "io/stb_image_impl.h"
@@ -77,6 +78,33 @@ uint32_t be32(std::string_view b, size_t at) {
     uint32_t v = 0;
     for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
     return v;
+}
+
+uint16_t be16(std::string_view b, size_t at) {
+    return static_cast<uint16_t>((static_cast<unsigned char>(b[at]) << 8) | static_cast<unsigned char>(b[at + 1]));
+}
+
+// The Orientation entry (tag 0x0112, one SHORT) of a TIFF structure's first IFD,
+// as EXIF stores it: 1 to 8, or 0 where there is none or the structure is damaged.
+int tiff_orientation(std::string_view t) {
+    if (t.size() < 8) return 0;
+    const bool little = t[0] == 'I' && t[1] == 'I';
+    if (!little && !(t[0] == 'M' && t[1] == 'M')) return 0;
+    auto u16 = [&](uint64_t at) -> uint32_t { return little ? le16(t, at) : be16(t, at); };
+    auto u32 = [&](uint64_t at) -> uint64_t { return little ? le32(t, at) : be32(t, at); };
+    if (u16(2) != 42) return 0;
+    const uint64_t ifd = u32(4);
+    if (ifd + 2 > t.size()) return 0;
+    const uint32_t entries = u16(ifd);
+    for (uint32_t i = 0; i < entries; ++i) {
+        const uint64_t e = ifd + 2 + 12ull * i;
+        if (e + 12 > t.size()) return 0;
+        if (u16(e) != 0x0112) continue;
+        if (u16(e + 2) != 3 || u32(e + 4) != 1) return 0;
+        const uint32_t v = u16(e + 8);
+        return v >= 1 && v <= 8 ? static_cast<int>(v) : 0;
+    }
+    return 0;
 }
 
 // Two things stb_image (2.27) gets wrong in PNG files, put right before it
@@ -254,6 +282,49 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
 }
 
 }  // namespace
+
+int exif_orientation(std::string_view b) {
+    const Format f = sniff(b);
+    if (f == Format::Jpeg) {
+        // Marker segments up to the scan; EXIF is an APP1 segment that starts "Exif\0\0".
+        size_t at = 2;
+        while (at + 4 <= b.size() && static_cast<unsigned char>(b[at]) == 0xff) {
+            const unsigned char marker = static_cast<unsigned char>(b[at + 1]);
+            if (marker == 0xff) {  // fill byte
+                ++at;
+                continue;
+            }
+            if (marker == 0xda || marker == 0xd9) break;                 // start of scan, end of image
+            if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // no length
+                at += 2;
+                continue;
+            }
+            const size_t length = be16(b, at + 2);
+            if (length < 2 || at + 2 + length > b.size()) break;
+            const std::string_view data = b.substr(at + 4, length - 2);
+            if (marker == 0xe1 && data.size() >= 6 && data.compare(0, 6, std::string_view("Exif\0\0", 6)) == 0)
+                return tiff_orientation(data.substr(6));
+            at += 2 + length;
+        }
+    } else if (f == Format::Png) {
+        // Chunks: length, type, data, CRC; EXIF is the eXIf chunk's TIFF structure.
+        for (size_t at = 8; at + 12 <= b.size();) {
+            const size_t length = be32(b, at);
+            if (length > b.size() - at - 12) break;
+            if (b.compare(at + 4, 4, "eXIf") == 0) return tiff_orientation(b.substr(at + 8, length));
+            at += 12 + length;
+        }
+    }
+    return 0;
+}
+
+int exif_orientation_of_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string head(size_t(1) << 20, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+    return exif_orientation(head);
+}
 
 Image decode_image(std::string_view bytes, const std::string& name, const PictureLimits& limits) {
     const Decoded d = decode(bytes, name, limits);

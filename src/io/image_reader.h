@@ -14,7 +14,8 @@
 //    32768 becomes white, as it does in PIL;
 //  - a mask in colour becomes PIL's ITU-R 601-2 luma in fixed point,
 //    (19595 R + 38470 G + 7471 B + 32768) >> 16;
-//  - EXIF orientation is ignored (PIL's Image.open does not apply it either).
+//  - EXIF orientation is not applied (PIL's Image.open does not apply it either);
+//    exif_orientation() reads it, so that a run can warn.
 // JPEG pixels come from stb_image's own IDCT and chroma upsampling, not
 // libjpeg's: they may differ from PIL's by a few levels. CMYK JPEGs are
 // converted by stb_image's rule, not PIL's.
@@ -41,6 +42,14 @@ struct PictureLimits {
 // truncated or corrupt data.
 Image decode_image(std::string_view bytes, const std::string& name, const PictureLimits& limits = {});
 GreyImage decode_mask(std::string_view bytes, const std::string& name, const PictureLimits& limits = {});
+
+// The EXIF orientation a JPEG (APP1) or PNG (eXIf) records: 1 (as stored) to 8
+// (rotated or mirrored), or 0 where it records none or it cannot be read. The
+// pictures are decoded as stored whatever it says, as the references' PIL
+// Image.open reads them; this is for telling the user.
+int exif_orientation(std::string_view bytes);
+// The same from the first MiB of a file (0 where it cannot be read).
+int exif_orientation_of_file(const std::string& path);
 
 // The same for a file: `what` names the option ("--init-img"); the file is
 // read with read_file_capped (regular files only, at most max_file_bytes).

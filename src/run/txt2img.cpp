@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/schedule.h"
 #include "io/fs_util.h"
 #include "io/image_io.h"
+#include "io/image_reader.h"
 #include "io/npy.h"
 #include "io/sha256.h"
 #include "run/batch_plan.h"
@@ -359,7 +361,6 @@ struct Extras {
 
 namespace {
 
-// What a run carries from one plan to the next (a stream runs one plan per batch).
 // Writes each preview of a batch under OUTDIR/previews, named after the image
 // it shows (its own name, or the CompVis number it will most likely get).
 PreviewFn preview_writer(const Txt2ImgJob& job, const PlannedBatch& batch, int next_number,
@@ -388,17 +389,54 @@ PreviewFn preview_writer(const Txt2ImgJob& job, const PlannedBatch& batch, int n
     };
 }
 
+// What a run carries from one plan to the next (a stream runs one plan per batch).
 struct RunState {
     Txt2ImgResult result;
     int next_number = -1;  // the next CompVis file number; found once the folder is checked
     Extras extras;
+    std::set<std::string> pictures_checked;  // for their EXIF orientation
 };
+
+// What viewers do to a picture with this EXIF orientation (2 to 8).
+const char* orientation_meaning(int o) {
+    static const char* const meaning[] = {"",
+                                          "",
+                                          "mirror it left to right",
+                                          "turn it upside down",
+                                          "mirror it top to bottom",
+                                          "mirror it and turn it",
+                                          "turn it 90 degrees clockwise",
+                                          "mirror it and turn it",
+                                          "turn it 90 degrees counter-clockwise"};
+    return meaning[o];
+}
+
+// A picture whose EXIF orientation tells viewers to turn or mirror it is used as
+// stored, as the references' PIL reads it: the user is told, once per file.
+void warn_about_orientation(const RunPlan& plan, const Txt2ImgEvents& events, std::set<std::string>& checked) {
+    if (!events.warning) return;
+    for (const auto& item : plan.items) {
+        const InitImage& init = item.settings.init;
+        if (!init.active()) continue;
+        for (const auto& [path, what] : {std::pair{init.path, "--init-img"}, std::pair{init.mask, "--mask"}}) {
+            if (path.empty() || !checked.insert(path).second) continue;
+            const int o = exif_orientation_of_file(path);
+            if (o < 2) continue;
+            events.warning(std::string(what) + " " + path + ": its EXIF orientation is " + std::to_string(o) +
+                           " (viewers " + orientation_meaning(o) +
+                           "), which is not applied: the picture is used as stored, as the reference code reads "
+                           "it; to use it as viewers show it, turn the file itself first (exiftran -ai, or "
+                           "ImageMagick's mogrify -auto-orient)");
+        }
+    }
+}
 
 // Runs this shard's batches of one plan (the generator seeded already in
 // compvis mode); sets result.interrupted when told to stop.
 void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, const Txt2ImgEvents& events,
               RunState& st) {
     check_before_running(pipeline, job, plan);
+    warn_about_orientation(plan, events, st.pictures_checked);
     auto stop = [&] { return events.stop_requested && events.stop_requested(); };
     Txt2ImgResult& result = st.result;
     int skipped = 0;

@@ -817,3 +817,27 @@ TEST(Threads, OpenBlasUsesItsAvx512KernelsUnlessTheUserSaysOtherwise) {
     GTEST_SKIP() << "x86-64 only";
 #endif
 }
+
+// A picture whose EXIF orientation tells viewers to turn it is used as stored (as
+// the references' PIL reads it), and the user is told: once per file in a run (a
+// stream plans each line on its own), even with --quiet; a picture without the
+// tag gives no warning.
+TEST(Pictures, ExifOrientationIsWarnedAboutOnce) {
+    const std::string pictures = sdtest::env("SD_SOURCE_DIR") + "/tests/data/pictures";
+    auto img2img = [&](const std::string& picture) {
+        return run({sdtest::cli(), "--model", good_model(), "--outdir", sdtest::temp_dir(), "--quiet", "--threads",
+                    "1", "--H", "64", "--W", "64", "--steps", "2", "--strength", "0.5", "--init-img",
+                    pictures + "/" + picture, "--from-file", "-"},
+                   "a cat\na dog\n");
+    };
+    const auto turned = img2img("exif6.jpg");
+    ASSERT_EQ(turned.exit_code, 0) << turned.err;
+    const std::string warning = "sd-txt2img: warning: --init-img " + pictures +
+                                "/exif6.jpg: its EXIF orientation is 6 (viewers turn it 90 degrees clockwise)";
+    ASSERT_NE(turned.err.find(warning), std::string::npos) << turned.err;
+    EXPECT_EQ(turned.err.find(warning, turned.err.find(warning) + 1), std::string::npos) << turned.err;
+    EXPECT_EQ(sdtest::lines(turned.out).size(), 2u);  // both images written
+    const auto plain = img2img("rgb.jpg");
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    EXPECT_EQ(plain.err.find("EXIF"), std::string::npos) << plain.err;
+}

@@ -310,6 +310,8 @@ void image_reader(const uint8_t* data, size_t size) {
     sd::PictureLimits limits;
     limits.max_side = 1024;
     limits.max_pixels = 1 << 18;
+    const int orientation = sd::exif_orientation(bytes);
+    require(orientation >= 0 && orientation <= 8, "EXIF orientation out of range");
     sd::Image img;
     sd::GreyImage grey;
     try {

@@ -3,11 +3,13 @@
 // make_pictures.py with PIL 9.4), and its refusals.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,7 +74,7 @@ TEST(ImageReader, PngAndBmpConvertExactlyAsPil) {
 // stb_image's JPEG decoder is not libjpeg: on smooth pictures the two stay a
 // few levels apart (measured: at most 2 on these two files).
 TEST(ImageReader, JpegIsCloseToPil) {
-    for (const char* name : {"rgb.jpg", "grey.jpg"}) {
+    for (const char* name : {"rgb.jpg", "grey.jpg", "exif6.jpg"}) {
         SCOPED_TRACE(name);
         const std::string file = bytes_of(pictures() + "/" + name);
         const sd::Image img = sd::decode_image(file, name);
@@ -267,3 +269,92 @@ TEST(ImageReader, ReadPngStillReadsTheToolsOwnOutput) {
 }
 
 }  // namespace
+
+// EXIF orientation: read from a JPEG's APP1 and a PNG's eXIf, never applied (the
+// references' PIL Image.open decodes the pixels as stored: exif6.jpg and exif8.png
+// are compared with PIL above); bounded on damaged structures.
+namespace {
+
+// A TIFF structure whose first IFD holds `tags` (tag, type, count, value), in
+// either byte order.
+std::string tiff(bool little, const std::vector<std::array<uint32_t, 4>>& tags) {
+    std::string t = little ? "II" : "MM";
+    auto put16 = [&](uint32_t v) {
+        if (little) t += char(v & 0xff), t += char(v >> 8);
+        else t += char(v >> 8), t += char(v & 0xff);
+    };
+    auto put32 = [&](uint32_t v) {
+        if (little) put16(v & 0xffff), put16(v >> 16);
+        else put16(v >> 16), put16(v & 0xffff);
+    };
+    put16(42);
+    put32(8);
+    put16(static_cast<uint32_t>(tags.size()));
+    for (const auto& [tag, type, count, value] : tags) {
+        put16(tag), put16(type), put32(count);
+        if (type == 3) put16(value), put16(0);
+        else put32(value);
+    }
+    put32(0);
+    return t;
+}
+
+std::string jpeg_with(const std::string& tiff_bytes) {
+    const std::string app0 = std::string("\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00", 18);
+    const std::string payload = std::string("Exif\0\0", 6) + tiff_bytes;
+    const size_t len = payload.size() + 2;
+    return std::string("\xff\xd8", 2) + app0 + "\xff\xe1" + char(len >> 8) + char(len & 0xff) + payload +
+           std::string("\xff\xda\x00\x02", 4);
+}
+
+std::string png_with(const std::string& tiff_bytes) {
+    auto be = [](size_t v) { return std::string{char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; };
+    const std::string ihdr = std::string("\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00", 13);
+    return std::string("\x89PNG\r\n\x1a\n", 8) + be(13) + "IHDR" + ihdr + be(0) + be(tiff_bytes.size()) + "eXIf" +
+           tiff_bytes + be(0) + be(0) + "IEND" + be(0);
+}
+
+}  // namespace
+
+TEST(ImageReader, ExifOrientationIsReadNotApplied) {
+    EXPECT_EQ(sd::exif_orientation(bytes_of(pictures() + "/exif6.jpg")), 6);
+    EXPECT_EQ(sd::exif_orientation(bytes_of(pictures() + "/exif8.png")), 8);
+    for (const char* plain : {"rgb.jpg", "rgb8.png", "rgb24.bmp"})
+        EXPECT_EQ(sd::exif_orientation(bytes_of(pictures() + "/" + plain)), 0) << plain;
+
+    // Either byte order, after other tags; the first IFD's entry only.
+    for (bool little : {true, false}) {
+        const std::string t = tiff(little, {{0x010f, 2, 4, 0}, {0x0112, 3, 1, 3}});
+        EXPECT_EQ(sd::exif_orientation(jpeg_with(t)), 3) << little;
+        EXPECT_EQ(sd::exif_orientation(png_with(t)), 3) << little;
+    }
+    // Not one SHORT from 1 to 8: no orientation.
+    for (const auto& entry : std::vector<std::array<uint32_t, 4>>{{0x0112, 4, 1, 6}, {0x0112, 3, 2, 6},
+                                                                  {0x0112, 3, 1, 9}, {0x0112, 3, 1, 0}})
+        EXPECT_EQ(sd::exif_orientation(jpeg_with(tiff(true, {entry}))), 0);
+}
+
+TEST(ImageReader, DamagedExifGivesNoOrientation) {
+    const std::string t = tiff(false, {{0x0112, 3, 1, 6}});
+    for (const std::string& file : {jpeg_with(t), png_with(t)}) {
+        // Every truncation: within bounds (the fuzz build checks the reads), 0 or the full answer.
+        for (size_t n = 0; n <= file.size(); ++n) {
+            const int o = sd::exif_orientation(std::string_view(file).substr(0, n));
+            EXPECT_TRUE(o == 0 || o == 6) << n;
+        }
+    }
+    // An IFD offset or an entry count past the end.
+    std::string far = t;
+    far[4] = far[5] = far[6] = '\x7f';
+    EXPECT_EQ(sd::exif_orientation(jpeg_with(far)), 0);
+    std::string many = tiff(false, {{0x010f, 2, 4, 0}});  // no orientation among the entries that exist
+    many[8] = many[9] = '\xff';
+    EXPECT_EQ(sd::exif_orientation(png_with(many)), 0);
+    // A segment or chunk length past the end.
+    std::string jpeg = jpeg_with(t);
+    jpeg[22] = jpeg[23] = '\xff';
+    EXPECT_EQ(sd::exif_orientation(jpeg), 0);
+    std::string png = png_with(t);
+    png[33] = '\x7f';
+    EXPECT_EQ(sd::exif_orientation(png), 0);
+}

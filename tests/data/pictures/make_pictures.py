@@ -84,6 +84,13 @@ smooth = np.stack(np.meshgrid(np.linspace(0, 255, 24), np.linspace(40, 200, 16))
 smooth = np.concatenate([smooth, smooth[..., :1] * 0 + 128], -1).astype(np.uint8)
 files["rgb.jpg"] = pil_bytes(Image.fromarray(smooth), format="JPEG", quality=95)
 files["grey.jpg"] = pil_bytes(Image.fromarray(smooth[..., 0]), format="JPEG", quality=95)
+# EXIF orientation (a phone's portrait photo is stored sideways with tag 6): PIL's
+# Image.open, as the references call it, decodes the pixels as stored.
+exif = Image.Exif()
+exif[0x0112] = 6
+files["exif6.jpg"] = pil_bytes(Image.fromarray(smooth), format="JPEG", quality=95, exif=exif.tobytes())
+exif[0x0112] = 8
+files["exif8.png"] = pil_bytes(Image.fromarray(u8((4, 6, 3))), format="PNG", exif=exif.tobytes())
 
 listing = []
 for name, data in sorted(files.items()):
@@ -105,5 +112,5 @@ stream = big.compress(b"\x00" * (64 << 20)) + big.flush()
 
 CORPUS.mkdir(parents=True, exist_ok=True)
 for i, name in enumerate(["rgb8.png", "la8.png", "rgb16.png", "grey16.png", "pal_trns.png", "rgb24.bmp", "bw1.bmp",
-                          "rgb.jpg", "grey.jpg"]):
+                          "rgb.jpg", "grey.jpg", "exif6.jpg", "exif8.png"]):
     (CORPUS / name).write_bytes(bytes([i & 1]) + files[name])
