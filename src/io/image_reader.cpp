@@ -126,17 +126,21 @@ std::string png_for_stb(std::string_view b) {
         out.append(b.substr(copied, upto - copied));
         copied = upto;
     };
-    while (at + 12 <= b.size()) {
+    while (at + 8 <= b.size()) {
         const uint32_t len = be32(b, at);
-        if (len > b.size() - at - 12) break;
         const std::string_view type = b.substr(at + 4, 4);
+        if (type == "IDAT" && len == 0) {
+            // Dropped even where the file ends inside its CRC: stb_image takes the
+            // chunk before it finds the file short.
+            flush(at);
+            at = copied = std::min(b.size(), at + 12);
+            changed = true;
+            continue;
+        }
+        if (b.size() - at < 12 || len > b.size() - at - 12) break;
         const size_t next = at + 12 + static_cast<size_t>(len);
         if (type == "IHDR" && len >= 13) palette_image = static_cast<unsigned char>(b[at + 8 + 9]) == 3;
-        if (type == "IDAT" && len == 0) {
-            flush(at);
-            copied = next;  // dropped
-            changed = true;
-        } else if (type == "PLTE" && palette_image && len % 3 == 0 && len < 768) {
+        if (type == "PLTE" && palette_image && len % 3 == 0 && len < 768) {
             flush(at);
             std::string data(b.substr(at + 8, len));
             for (size_t i = len / 3; i < 256; ++i) data.append(3, static_cast<char>(i));
