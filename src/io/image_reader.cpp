@@ -4,6 +4,8 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "io/fs_util.h"
 #include "io/stb_image_impl.h"
@@ -159,36 +161,72 @@ std::string png_for_stb(std::string_view b) {
     return out;
 }
 
-// Debian's stb_image (2.27) does not check that a JPEG Huffman table (DHT)
-// holds at most 256 codes: a table whose 16 counts add up to more writes past
-// its arrays (found by the image_reader fuzz harness; later stb_image versions
-// refuse it). The markers are walked as stb_image walks them (segments by
-// their length, the entropy-coded data after SOS up to the next marker) and
-// such a table is refused before stb_image sees the file. Returns the count of
-// the first bad table, 0 when there is none.
-int jpeg_oversized_huffman_table(std::string_view b) {
+// Debian's stb_image (2.27) trusts a JPEG's tables in two ways that let a
+// crafted file read or write outside them (both found by the image_reader fuzz
+// harness; later stb_image versions refuse such files):
+//  - a Huffman table (DHT) whose 16 counts add up to more than 256 codes is
+//    written past its arrays;
+//  - a scan (SOS) may name a Huffman table no DHT has defined, or a component
+//    whose quantization table no DQT has: stb_image then decodes with the
+//    uninitialised memory of its tables (an index out of bounds, or pixels
+//    that change from run to run). libjpeg refuses both.
+// The markers are walked as stb_image walks them (segments by their length,
+// the entropy-coded data after SOS up to the next marker). Returns what is
+// wrong with the first bad table, "" when nothing is.
+std::string jpeg_table_problem(std::string_view b) {
     auto byte = [&](size_t i) { return static_cast<unsigned char>(b[i]); };
-    size_t at = 2;  // after SOI
+    bool huffman[2][4] = {}, quant[4] = {}, progressive = false;
+    std::vector<std::pair<unsigned, unsigned>> components;  // the frame's (id, quantization table)
+    size_t at = 2;                                          // after SOI
     while (at < b.size()) {
         if (byte(at) != 0xFF) {  // junk between segments: stb_image skips it byte by byte
             ++at;
             continue;
         }
         while (at < b.size() && byte(at) == 0xFF) ++at;
-        if (at >= b.size()) return 0;
+        if (at >= b.size()) return "";
         const unsigned m = byte(at++);
-        if (m == 0xD9) return 0;                                                        // EOI
+        if (m == 0xD9) return "";                                                       // EOI
         if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // no length
-        if (at + 2 > b.size()) return 0;
+        if (at + 2 > b.size()) return "";
         const size_t len = (static_cast<size_t>(byte(at)) << 8) | byte(at + 1);
+        const size_t end = std::min(at + len, b.size());
         if (m == 0xC4) {
             // stb_image reads a table wherever one starts inside the segment,
             // its counts even past the segment's end (zeros past the file's).
             for (size_t t = at + 2; t < at + len && t < b.size();) {
                 int n = 0;
                 for (size_t i = 1; i <= 16; ++i) n += t + i < b.size() ? byte(t + i) : 0;
-                if (n > 256) return n;
+                if (n > 256) return "a Huffman table with " + std::to_string(n) + " codes; at most 256";
+                if ((byte(t) >> 4) <= 1 && (byte(t) & 15) <= 3) huffman[byte(t) >> 4][byte(t) & 15] = true;
                 t += 17 + static_cast<size_t>(n);
+            }
+        } else if (m == 0xDB) {
+            for (size_t t = at + 2; t < end; t += 1 + ((byte(t) >> 4) ? 128 : 64))
+                if ((byte(t) & 15) <= 3) quant[byte(t) & 15] = true;
+        } else if ((m == 0xC0 || m == 0xC1 || m == 0xC2) && at + 8 <= end) {
+            progressive = m == 0xC2;
+            components.clear();
+            for (size_t c = at + 8; c + 3 <= end && components.size() < byte(at + 7); c += 3)
+                components.emplace_back(byte(c), byte(c + 2));
+        } else if (m == 0xDA && at + 3 <= end) {
+            const size_t n = byte(at + 2), after = at + 3 + 2 * n;
+            if (after + 3 > end) return "";  // stb_image refuses a short scan header itself
+            // A baseline scan decodes DC and AC; a progressive one DC first passes (Ss 0,
+            // Ah 0) or AC bands (Ss > 0).
+            const unsigned ss = byte(after), ah = byte(after + 2) >> 4;
+            const bool dc = !progressive || (ss == 0 && ah == 0), ac = !progressive || ss != 0;
+            for (size_t i = 0; i < n; ++i) {
+                const unsigned id = byte(at + 3 + 2 * i), td = byte(at + 4 + 2 * i) >> 4,
+                               ta = byte(at + 4 + 2 * i) & 15;
+                if (dc && td <= 3 && !huffman[0][td])
+                    return "a scan uses DC Huffman table " + std::to_string(td) + ", which no table before it defines";
+                if (ac && ta <= 3 && !huffman[1][ta])
+                    return "a scan uses AC Huffman table " + std::to_string(ta) + ", which no table before it defines";
+                for (const auto& [cid, tq] : components)
+                    if (cid == id && tq <= 3 && !quant[tq])
+                        return "a scan uses quantization table " + std::to_string(tq) +
+                               ", which no table before it defines";
             }
         }
         at += len;
@@ -198,7 +236,7 @@ int jpeg_oversized_huffman_table(std::string_view b) {
                 at += byte(at) == 0xFF ? 2 : 1;
         }
     }
-    return 0;
+    return "";
 }
 
 // What the decoders give before conversion: 1 (grey) or 3 (RGB) channels of 8 bits.
@@ -214,11 +252,9 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
     if (bytes.size() > max_bytes)
         throw Error(name + ": " + std::to_string(bytes.size()) + " bytes, more than the " + std::to_string(max_bytes) +
                     " a picture may have");
-    if (format == Format::Jpeg) {
-        if (const int codes = jpeg_oversized_huffman_table(bytes))
-            throw Error(name + ": corrupt JPEG (a Huffman table with " + std::to_string(codes) +
-                        " codes; at most 256)");
-    }
+    if (format == Format::Jpeg)
+        if (const std::string problem = jpeg_table_problem(bytes); !problem.empty())
+            throw Error(name + ": corrupt JPEG (" + problem + ")");
     const std::string padded = format == Format::Png ? png_for_stb(bytes) : "";
     if (!padded.empty()) bytes = padded;
     const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());

@@ -95,7 +95,7 @@ TEST(FuzzInputs, FoundInputsAreCommitted) {
     const fs::path found = fs::path(sdtest::env("SD_SOURCE_DIR")) / "tests/data/fuzz-inputs";
     EXPECT_EQ(files_in(found / "model_config").size(), 4u);
     EXPECT_EQ(files_in(found / "prompts").size(), 1u);
-    EXPECT_EQ(files_in(found / "image_reader").size(), 3u);
+    EXPECT_EQ(files_in(found / "image_reader").size(), 5u);
 }
 
 }  // namespace

@@ -197,6 +197,49 @@ TEST(ImageReader, EmptyIdatChunksAreHarmless) {
     }
 }
 
+// Found by the image_reader fuzz harness: a scan naming a Huffman table no DHT
+// defined made Debian's stb_image 2.27 decode with its uninitialised tables (an
+// assertion in its debug build; an index out of bounds or changing pixels in a
+// release one). Refused before stb_image reads the file, as libjpeg refuses it;
+// so is a component whose quantization table no DQT defined.
+TEST(ImageReader, JpegScanWithUndefinedTablesIsRefused) {
+    const std::string jpg = bytes_of(pictures() + "/rgb.jpg");
+    auto marker = [&](const std::string& file, const char* m, size_t nth = 0) {
+        size_t at = file.find(m);
+        for (size_t i = 0; i < nth && at != std::string::npos; ++i) at = file.find(m, at + 2);
+        return at;
+    };
+    // Every DHT renamed to id 3 of its class: the scan's tables 0 and 1 are undefined.
+    std::string bad = jpg;
+    for (size_t i = 0, at; (at = marker(bad, "\xff\xc4", i)) != std::string::npos; ++i) {
+        const size_t len = (static_cast<unsigned char>(bad[at + 2]) << 8) | static_cast<unsigned char>(bad[at + 3]);
+        for (size_t t = at + 4; t < at + 2 + len;) {
+            size_t n = 0;
+            for (size_t k = 1; k <= 16; ++k) n += static_cast<unsigned char>(bad[t + k]);
+            bad[t] = static_cast<char>((bad[t] & 0xf0) | 3);
+            t += 17 + n;
+        }
+    }
+    EXPECT_EQ(error_of([&] { sd::decode_image(bad, "u.jpg"); }),
+              "u.jpg: corrupt JPEG (a scan uses DC Huffman table 0, which no table before it defines)");
+    // Every DQT renamed to id 3: the frame's quantization table 0 is undefined.
+    bad = jpg;
+    for (size_t i = 0, at; (at = marker(bad, "\xff\xdb", i)) != std::string::npos; ++i) {
+        const size_t len = (static_cast<unsigned char>(bad[at + 2]) << 8) | static_cast<unsigned char>(bad[at + 3]);
+        for (size_t t = at + 4; t < at + 2 + len; t += 1 + ((static_cast<unsigned char>(bad[t]) >> 4) ? 128 : 64))
+            bad[t] = static_cast<char>((bad[t] & 0xf0) | 3);
+    }
+    EXPECT_EQ(error_of([&] { sd::decode_mask(bad, "q.jpg"); }),
+              "q.jpg: corrupt JPEG (a scan uses quantization table 0, which no table before it defines)");
+    // The fuzzer's own input (its AC table 0 renamed to 2).
+    const std::string found = bytes_of(sdtest::env("SD_SOURCE_DIR") +
+                                       "/tests/data/fuzz-inputs/image_reader/jpeg_scan_uses_undefined_huffman_table");
+    EXPECT_EQ(error_of([&] { sd::decode_image(found.substr(1), "f.jpg"); }),
+              "f.jpg: corrupt JPEG (a scan uses AC Huffman table 0, which no table before it defines)");
+    // The tables where they belong: the picture decodes (JpegIsCloseToPil compares it).
+    EXPECT_EQ(error_of([&] { sd::decode_image(jpg, "g.jpg"); }), "");
+}
+
 // A PNG header claiming a size, with no pixel data behind it: refused from the
 // header alone, before decoding.
 std::string png_header_only(uint32_t w, uint32_t h) {
