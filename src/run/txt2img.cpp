@@ -412,23 +412,26 @@ const char* orientation_meaning(int o) {
 }
 
 // A picture whose EXIF orientation tells viewers to turn or mirror it is used as
-// stored, as the references' PIL reads it: the user is told, once per file.
-void warn_about_orientation(const RunPlan& plan, const Txt2ImgEvents& events, std::set<std::string>& checked) {
+// stored, as the references' PIL reads it: the user is told, once per file, for
+// the images this run makes.
+void warn_about_orientation(const RunPlan& plan, const std::vector<PlannedBatch>& todo, const Txt2ImgEvents& events,
+                            std::set<std::string>& checked) {
     if (!events.warning) return;
-    for (const auto& item : plan.items) {
-        const InitImage& init = item.settings.init;
-        if (!init.active()) continue;
-        for (const auto& [path, what] : {std::pair{init.path, "--init-img"}, std::pair{init.mask, "--mask"}}) {
-            if (path.empty() || !checked.insert(path).second) continue;
-            const int o = exif_orientation_of_file(path);
-            if (o < 2) continue;
-            events.warning(std::string(what) + " " + path + ": its EXIF orientation is " + std::to_string(o) +
-                           " (viewers " + orientation_meaning(o) +
-                           "), which is not applied: the picture is used as stored, as the reference code reads "
-                           "it; to use it as viewers show it, turn the file itself first (exiftran -ai, or "
-                           "ImageMagick's mogrify -auto-orient)");
+    for (const auto& batch : todo)
+        for (const auto& img : batch.images) {
+            const InitImage& init = plan.items[img.item].settings.init;
+            if (!init.active()) continue;
+            for (const auto& [path, what] : {std::pair{init.path, "--init-img"}, std::pair{init.mask, "--mask"}}) {
+                if (path.empty() || !checked.insert(path).second) continue;
+                const int o = exif_orientation_of_file(path);
+                if (o < 2) continue;
+                events.warning(std::string(what) + " " + path + ": its EXIF orientation is " + std::to_string(o) +
+                               " (viewers " + orientation_meaning(o) +
+                               "), which is not applied: the picture is used as stored, as the reference code reads "
+                               "it; to use it as viewers show it, turn the file itself first (exiftran -ai, or "
+                               "ImageMagick's mogrify -auto-orient)");
+            }
         }
-    }
 }
 
 // Runs this shard's batches of one plan (the generator seeded already in
@@ -436,11 +439,11 @@ void warn_about_orientation(const RunPlan& plan, const Txt2ImgEvents& events, st
 void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, const Txt2ImgEvents& events,
               RunState& st) {
     check_before_running(pipeline, job, plan);
-    warn_about_orientation(plan, events, st.pictures_checked);
     auto stop = [&] { return events.stop_requested && events.stop_requested(); };
     Txt2ImgResult& result = st.result;
     int skipped = 0;
     const std::vector<PlannedBatch> todo = select_work(job, plan, skipped);
+    warn_about_orientation(plan, todo, events, st.pictures_checked);
     result.skipped += skipped;
     if (skipped > 0 && events.note)
         events.note("skipping " + std::to_string(skipped) + " image" + (skipped == 1 ? "" : "s") +
