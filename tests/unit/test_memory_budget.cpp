@@ -68,7 +68,7 @@ TEST(MemoryBudget, ThisProcessHasABudget) {
     const sd::MemoryBudget b = sd::memory_budget(sd::this_process_memory());
     const auto held = sd::kib_field(sd::this_process_memory().status, "RssAnon");
     ASSERT_TRUE(held) << "/proc/self/status has no RssAnon";
-    EXPECT_GT(b.bytes, *held);
+    EXPECT_GE(b.bytes, *held);  // what it holds, and what the machine or its cgroup can still give
 }
 
 TEST(MemoryBudget, PlansNameTheCgroupThatSetTheirBudget) {
