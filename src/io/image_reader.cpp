@@ -161,6 +161,38 @@ std::string png_for_stb(std::string_view b) {
     return out;
 }
 
+// Walks a JPEG's marker segments as stb_image walks them: junk between segments
+// skipped byte by byte, the markers without a length passed over, the
+// entropy-coded data after SOS up to the next marker other than FF00 and RSTn.
+// visit(marker, at, len) sees each segment that has a length: b[at, at + len)
+// holds the length field and the data (it may run past the file's end). It
+// returns false to stop the walk.
+template <class Visit>
+void walk_jpeg_segments(std::string_view b, Visit&& visit) {
+    auto byte = [&](size_t i) { return static_cast<unsigned char>(b[i]); };
+    size_t at = 2;  // after SOI
+    while (at < b.size()) {
+        if (byte(at) != 0xFF) {
+            ++at;
+            continue;
+        }
+        while (at < b.size() && byte(at) == 0xFF) ++at;
+        if (at >= b.size()) return;
+        const unsigned m = byte(at++);
+        if (m == 0xD9) return;                                                          // EOI
+        if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // no length
+        if (at + 2 > b.size()) return;
+        const size_t len = (static_cast<size_t>(byte(at)) << 8) | byte(at + 1);
+        if (!visit(m, at, len)) return;
+        at += len;
+        if (m == 0xDA) {
+            while (at + 1 < b.size() &&
+                   !(byte(at) == 0xFF && byte(at + 1) != 0x00 && !(byte(at + 1) >= 0xD0 && byte(at + 1) <= 0xD7)))
+                at += byte(at) == 0xFF ? 2 : 1;
+        }
+    }
+}
+
 // Debian's stb_image (2.27) trusts a JPEG's tables in two ways that let a
 // crafted file read or write outside them (both found by the image_reader fuzz
 // harness; later stb_image versions refuse such files):
@@ -170,26 +202,14 @@ std::string png_for_stb(std::string_view b) {
 //    whose quantization table no DQT has: stb_image then decodes with the
 //    uninitialised memory of its tables (an index out of bounds, or pixels
 //    that change from run to run). libjpeg refuses both.
-// The markers are walked as stb_image walks them (segments by their length,
-// the entropy-coded data after SOS up to the next marker). Returns what is
-// wrong with the first bad table, "" when nothing is.
+// The segments are walked as stb_image walks them. Returns what is wrong with
+// the first bad table, "" when nothing is.
 std::string jpeg_table_problem(std::string_view b) {
     auto byte = [&](size_t i) { return static_cast<unsigned char>(b[i]); };
     bool huffman[2][4] = {}, quant[4] = {}, progressive = false;
     std::vector<std::pair<unsigned, unsigned>> components;  // the frame's (id, quantization table)
-    size_t at = 2;                                          // after SOI
-    while (at < b.size()) {
-        if (byte(at) != 0xFF) {  // junk between segments: stb_image skips it byte by byte
-            ++at;
-            continue;
-        }
-        while (at < b.size() && byte(at) == 0xFF) ++at;
-        if (at >= b.size()) return "";
-        const unsigned m = byte(at++);
-        if (m == 0xD9) return "";                                                       // EOI
-        if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) continue;  // no length
-        if (at + 2 > b.size()) return "";
-        const size_t len = (static_cast<size_t>(byte(at)) << 8) | byte(at + 1);
+    std::string problem;
+    walk_jpeg_segments(b, [&](unsigned m, size_t at, size_t len) {
         const size_t end = std::min(at + len, b.size());
         if (m == 0xC4) {
             // stb_image reads a table wherever one starts inside the segment,
@@ -197,7 +217,10 @@ std::string jpeg_table_problem(std::string_view b) {
             for (size_t t = at + 2; t < at + len && t < b.size();) {
                 int n = 0;
                 for (size_t i = 1; i <= 16; ++i) n += t + i < b.size() ? byte(t + i) : 0;
-                if (n > 256) return "a Huffman table with " + std::to_string(n) + " codes; at most 256";
+                if (n > 256) {
+                    problem = "a Huffman table with " + std::to_string(n) + " codes; at most 256";
+                    return false;
+                }
                 if ((byte(t) >> 4) <= 1 && (byte(t) & 15) <= 3) huffman[byte(t) >> 4][byte(t) & 15] = true;
                 t += 17 + static_cast<size_t>(n);
             }
@@ -211,32 +234,29 @@ std::string jpeg_table_problem(std::string_view b) {
                 components.emplace_back(byte(c), byte(c + 2));
         } else if (m == 0xDA && at + 3 <= end) {
             const size_t n = byte(at + 2), after = at + 3 + 2 * n;
-            if (after + 3 > end) return "";  // stb_image refuses a short scan header itself
+            if (after + 3 > end) return false;  // stb_image refuses a short scan header itself
             // A baseline scan decodes DC and AC; a progressive one DC first passes (Ss 0,
             // Ah 0) or AC bands (Ss > 0).
             const unsigned ss = byte(after), ah = byte(after + 2) >> 4;
             const bool dc = !progressive || (ss == 0 && ah == 0), ac = !progressive || ss != 0;
-            for (size_t i = 0; i < n; ++i) {
+            for (size_t i = 0; i < n && problem.empty(); ++i) {
                 const unsigned id = byte(at + 3 + 2 * i), td = byte(at + 4 + 2 * i) >> 4,
                                ta = byte(at + 4 + 2 * i) & 15;
                 if (dc && td <= 3 && !huffman[0][td])
-                    return "a scan uses DC Huffman table " + std::to_string(td) + ", which no table before it defines";
-                if (ac && ta <= 3 && !huffman[1][ta])
-                    return "a scan uses AC Huffman table " + std::to_string(ta) + ", which no table before it defines";
+                    problem =
+                        "a scan uses DC Huffman table " + std::to_string(td) + ", which no table before it defines";
+                else if (ac && ta <= 3 && !huffman[1][ta])
+                    problem =
+                        "a scan uses AC Huffman table " + std::to_string(ta) + ", which no table before it defines";
                 for (const auto& [cid, tq] : components)
-                    if (cid == id && tq <= 3 && !quant[tq])
-                        return "a scan uses quantization table " + std::to_string(tq) +
-                               ", which no table before it defines";
+                    if (problem.empty() && cid == id && tq <= 3 && !quant[tq])
+                        problem = "a scan uses quantization table " + std::to_string(tq) +
+                                  ", which no table before it defines";
             }
         }
-        at += len;
-        if (m == 0xDA) {  // entropy-coded data: up to a marker other than FF00 and RSTn
-            while (at + 1 < b.size() &&
-                   !(byte(at) == 0xFF && byte(at + 1) != 0x00 && !(byte(at + 1) >= 0xD0 && byte(at + 1) <= 0xD7)))
-                at += byte(at) == 0xFF ? 2 : 1;
-        }
-    }
-    return "";
+        return problem.empty();
+    });
+    return problem;
 }
 
 // What the decoders give before conversion: 1 (grey) or 3 (RGB) channels of 8 bits.
@@ -326,26 +346,16 @@ Decoded decode(std::string_view bytes, const std::string& name, const PictureLim
 int exif_orientation(std::string_view b) {
     const Format f = sniff(b);
     if (f == Format::Jpeg) {
-        // Marker segments up to the scan; EXIF is an APP1 segment that starts "Exif\0\0".
-        size_t at = 2;
-        while (at + 4 <= b.size() && static_cast<unsigned char>(b[at]) == 0xff) {
-            const unsigned char marker = static_cast<unsigned char>(b[at + 1]);
-            if (marker == 0xff) {  // fill byte
-                ++at;
-                continue;
-            }
-            if (marker == 0xda || marker == 0xd9) break;                 // start of scan, end of image
-            if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // no length
-                at += 2;
-                continue;
-            }
-            const size_t length = be16(b, at + 2);
-            if (length < 2 || at + 2 + length > b.size()) break;
-            const std::string_view data = b.substr(at + 4, length - 2);
-            if (marker == 0xe1 && data.size() >= 6 && data.compare(0, 6, std::string_view("Exif\0\0", 6)) == 0)
-                return tiff_orientation(data.substr(6));
-            at += 2 + length;
-        }
+        // EXIF is an APP1 segment that starts "Exif\0\0", before the first scan.
+        int orientation = 0;
+        walk_jpeg_segments(b, [&](unsigned m, size_t at, size_t len) {
+            if (m == 0xDA) return false;
+            if (m != 0xE1 || len < 8 || at + len > b.size() || b.compare(at + 2, 6, std::string_view("Exif\0\0", 6)))
+                return true;
+            orientation = tiff_orientation(b.substr(at + 8, len - 8));
+            return false;
+        });
+        return orientation;
     } else if (f == Format::Png) {
         // Chunks: length, type, data, CRC; EXIF is the eXIf chunk's TIFF structure.
         for (size_t at = 8; at + 12 <= b.size();) {
