@@ -16,6 +16,8 @@
 
 #include "engine/block_cache.h"
 #include "io/cgroups.h"
+#include "io/fs_util.h"
+#include "memory/memory_budget.h"
 
 namespace sd {
 
@@ -45,14 +47,8 @@ void configure_runtime(int threads) {
     install_block_cache();
 }
 
-static long long status_field_kib(const char* field) {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    const std::string key = std::string(field) + ":";
-    while (std::getline(in, line)) {
-        if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size()));
-    }
-    return 0;
+static long long status_bytes(const char* field) {
+    return static_cast<long long>(kib_field(read_kernel_text("/proc/self/status"), field).value_or(0));
 }
 
 bool reset_peak_rss() {
@@ -64,8 +60,8 @@ bool reset_peak_rss() {
 
 void release_free_memory() { malloc_trim(0); }
 
-long long peak_rss_bytes() { return status_field_kib("VmHWM") * 1024; }
-long long current_rss_bytes() { return status_field_kib("VmRSS") * 1024; }
+long long peak_rss_bytes() { return status_bytes("VmHWM"); }
+long long current_rss_bytes() { return status_bytes("VmRSS"); }
 
 double seconds_since_process_start() {
     // Field 22 of /proc/self/stat: start time in clock ticks after boot; the
