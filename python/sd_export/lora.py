@@ -137,7 +137,8 @@ def _refuse_other_layouts(path, keys, sdxl):
         if k.endswith((".lora_A.weight", ".lora_B.weight")):
             raise ExportError(f"LoRA file {path} is in the PEFT format ({k}), which is not supported")
         if ".hada_" in k or ".lokr_" in k:
-            raise ExportError(f"LoRA file {path} is a LyCORIS LoHa/LoKr file ({k}); only LoRA and LoCon are supported")
+            raise ExportError(f"LoRA file {path} is a LyCORIS LoHa/LoKr file ({k}), which the export does not "
+                              "bake in; give it to sd-txt2img --lora, which applies it at load")
         if k.startswith("lora_te_") and "resblocks" in k:
             raise ExportError(f"LoRA file {path} has an open_clip text-encoder layout ({k}); a LoRA for another model?")
 

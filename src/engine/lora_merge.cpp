@@ -12,21 +12,37 @@ namespace sd {
 
 namespace {
 
-// A module's down and up tensors, widened to fp32, checked finite.
-std::pair<at::Tensor, at::Tensor> read_pair(const LoraFile& file, const LoraModule& m) {
+// A module's tensors by part name, widened to fp32, checked finite.
+std::map<std::string, at::Tensor> read_parts(const LoraFile& file, const LoraModule& m) {
     if (!file.file) throw Error("LoRA file " + file.path + " is not open (read it with read_lora)");
-    const long down = file.file->find(m.down.name), up = file.file->find(m.up.name);
-    if (down < 0 || up < 0) throw Error("LoRA file " + file.path + " lacks the tensors of " + printable(m.key));
-    NamedTensors t =
-        read_tensors(*file.file, [&](const TensorEntry& e) { return e.name == m.down.name || e.name == m.up.name; });
-    std::pair<at::Tensor, at::Tensor> out;
+    std::map<std::string, std::string> part_of;  // tensor name -> part
+    for (const auto& [part, w] : m.parts) {
+        if (file.file->find(w.name) < 0)
+            throw Error("LoRA file " + file.path + " lacks the tensors of " + printable(m.key));
+        part_of[w.name] = part;
+    }
+    NamedTensors t = read_tensors(*file.file, [&](const TensorEntry& e) { return part_of.count(e.name) > 0; });
+    std::map<std::string, at::Tensor> out;
     for (auto& [name, tensor] : t) {
         at::Tensor f = tensor.to(at::kFloat);
         if (const std::string p = non_finite_problem(f); !p.empty())
             throw Error("LoRA file " + file.path + ": its tensor " + printable(name) + " " + p);
-        (name == m.down.name ? out.first : out.second) = f;
+        out[part_of.at(name)] = f;
     }
     return out;
+}
+
+// The CP product LyCORIS stores as t [i, j, kh, kw], a [i, out] and b [j, in]:
+// out[p, r, k, l] = sum over i, j of t[i, j, k, l] * a[i, p] * b[j, r].
+at::Tensor cp_product(const at::Tensor& t, const at::Tensor& a, const at::Tensor& b) {
+    return at::einsum("ijkl,ip,jr->prkl", {t, a, b});
+}
+
+// One factor: a @ b.flatten(1), or the CP product when t is given.
+at::Tensor factor(const std::map<std::string, at::Tensor>& p, const std::string& a, const std::string& b,
+                  const std::string& t) {
+    if (p.count(t)) return cp_product(p.at(t), p.at(a), p.at(b));
+    return p.at(a).flatten(1).mm(p.at(b).flatten(1));
 }
 
 struct Change {
@@ -38,8 +54,27 @@ struct Change {
 }  // namespace
 
 at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArrayRef shape) {
-    const auto [down, up] = read_pair(file, module);
-    return up.flatten(1).mm(down.flatten(1)).mul_(module.scale()).reshape(shape);
+    const auto p = read_parts(file, module);
+    at::Tensor d;
+    switch (module.kind) {
+        case LoraKind::lora:
+            // LoCon's CP middle [r_up, r_down, kh, kw] sits between up [out, r_up] and down [r_down, in].
+            d = p.count("mid") ? cp_product(p.at("mid"), p.at("up").flatten(1).t(), p.at("down").flatten(1))
+                               : p.at("up").flatten(1).mm(p.at("down").flatten(1));
+            break;
+        case LoraKind::loha:
+            d = factor(p, "hada_w1_a", "hada_w1_b", "hada_t1").reshape(shape);
+            d.mul_(factor(p, "hada_w2_a", "hada_w2_b", "hada_t2").reshape(shape));
+            break;
+        case LoraKind::lokr: {
+            at::Tensor w1 = p.count("lokr_w1") ? p.at("lokr_w1") : p.at("lokr_w1_a").mm(p.at("lokr_w1_b"));
+            const at::Tensor w2 = p.count("lokr_w2") ? p.at("lokr_w2") : factor(p, "lokr_w2_a", "lokr_w2_b", "lokr_t2");
+            if (w2.dim() == 4) w1 = w1.unsqueeze(2).unsqueeze(3);
+            d = at::kron(w1, w2.contiguous());
+            break;
+        }
+    }
+    return d.mul_(module.scale()).reshape(shape);
 }
 
 void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras) {

@@ -1,5 +1,6 @@
 // Merging LoRAs into a stage's weights as it loads (src/io/lora_keys.h says
-// which parameter each module changes): W' = W + m * (alpha / rank) * up @ down,
+// which parameter each module changes): W' = W + m * (alpha / rank) * up @ down
+// (or a LoHa's or LoKr's product),
 // in fp32, several LoRAs stacked in order. docs/model-format.md, docs/memory.md.
 #pragma once
 #include <string>
@@ -25,7 +26,8 @@ struct LoraMerge {
 void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras);
 
 // The fp32 change one module of `file` makes to its target of this shape, before the
-// multiplier: (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(shape). Its
+// multiplier: scale() times the product its kind says (lora_keys.h: LoRA's
+// up.flatten(1) @ down.flatten(1), LoHa's, LoKr's), reshaped to `shape`. Its
 // tensors come from the file read_lora opened; NaN or infinite values are refused,
 // naming the file and the tensor.
 at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArrayRef shape);

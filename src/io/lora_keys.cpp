@@ -197,25 +197,38 @@ std::optional<Target> unbuilt_layer(const std::string& name, const TargetTable& 
     return std::nullopt;
 }
 
-// What one key of the file is: a module's down, up or alpha.
-enum class Part { down, up, alpha, unknown };
-
+// What one key of the file is: a module's name and the part it holds ("down",
+// "up", "mid", "alpha", "hada_w1_a", "lokr_w2", ...; "" for none of these).
 struct KeyPart {
-    std::string module;
-    Part part = Part::unknown;
+    std::string module, part;
 };
 
 KeyPart classify(const std::string& key) {
-    static const std::vector<std::pair<std::string, Part>> suffixes = {{".lora_down.weight", Part::down},
-                                                                       {".lora_up.weight", Part::up},
-                                                                       {".lora.down.weight", Part::down},
-                                                                       {".lora.up.weight", Part::up},
-                                                                       {".lora_linear_layer.down.weight", Part::down},
-                                                                       {".lora_linear_layer.up.weight", Part::up},
-                                                                       {".alpha", Part::alpha}};
+    static const std::vector<std::pair<std::string, std::string>> suffixes = {
+        {".lora_down.weight", "down"},
+        {".lora_up.weight", "up"},
+        {".lora_mid.weight", "mid"},
+        {".lora.down.weight", "down"},
+        {".lora.up.weight", "up"},
+        {".lora_linear_layer.down.weight", "down"},
+        {".lora_linear_layer.up.weight", "up"},
+        {".alpha", "alpha"},
+        {".hada_w1_a", "hada_w1_a"},
+        {".hada_w1_b", "hada_w1_b"},
+        {".hada_w2_a", "hada_w2_a"},
+        {".hada_w2_b", "hada_w2_b"},
+        {".hada_t1", "hada_t1"},
+        {".hada_t2", "hada_t2"},
+        {".lokr_w1", "lokr_w1"},
+        {".lokr_w1_a", "lokr_w1_a"},
+        {".lokr_w1_b", "lokr_w1_b"},
+        {".lokr_w2", "lokr_w2"},
+        {".lokr_w2_a", "lokr_w2_a"},
+        {".lokr_w2_b", "lokr_w2_b"},
+        {".lokr_t2", "lokr_t2"}};
     for (const auto& [suffix, part] : suffixes)
         if (ends_with(key, suffix)) return {key.substr(0, key.size() - suffix.size()), part};
-    return {key, Part::unknown};
+    return {key, ""};
 }
 
 // Older diffusers files name attention LoRAs by their processor: ".processor.to_q_lora".
@@ -240,18 +253,20 @@ void refuse_other_layouts(const std::vector<WeightEntry>& index, const std::stri
         if (ends_with(k, ".lora_A.weight") || ends_with(k, ".lora_B.weight"))
             throw lora_error(path, "is in the PEFT format (" + key(k) +
                                        "), which is not supported; use a kohya or pre-PEFT diffusers file");
-        if (k.find(".hada_") != std::string::npos || k.find(".lokr_") != std::string::npos)
-            throw lora_error(path, "is a LyCORIS LoHa/LoKr file (" + key(k) +
-                                       "); only LoRA and LoCon (lora_down/lora_up) are supported");
+        if (ends_with(k, ".dora_scale"))
+            throw lora_error(
+                path, "is a DoRA file (" + key(k) + "), which is not supported; LoRA, LoCon, LoHa and LoKr files are");
+        for (const char* other : {".oft_blocks", ".oft_diag", ".on_input", ".w_norm", ".a1.weight", ".diff"})
+            if (ends_with(k, other))
+                throw lora_error(path, "is a LyCORIS file of a kind this tool does not apply (" + key(k) +
+                                           "); LoRA, LoCon, LoHa and LoKr files are supported");
         if (starts_with(k, "lora_te_") && k.find("resblocks") != std::string::npos)
             throw lora_error(path, "has an open_clip text-encoder layout (" + key(k) +
                                        "), which this tool's exports do not use; a LoRA for another model?");
     }
 }
 
-struct Parts {
-    std::optional<WeightEntry> down, up, alpha;
-};
+using Parts = std::map<std::string, WeightEntry>;  // part name -> tensor (alpha included)
 
 std::string list_keys(const std::vector<std::string>& keys) {
     std::string out;
@@ -266,15 +281,105 @@ std::string kind_of(const std::vector<int64_t>& shape) {
     return "a " + std::to_string(shape.size()) + "-d tensor";
 }
 
+// Which kind of module a set of parts makes, or nullopt with the reason it makes none.
+std::optional<LoraKind> kind_of_parts(const Parts& p, std::string& why) {
+    const auto has = [&](const char* n) { return p.count(n) > 0; };
+    const auto only = [&](const std::string& prefix) {
+        for (const auto& [name, w] : p)
+            if (name != "alpha" && !starts_with(name, prefix)) return false;
+        return true;
+    };
+    if (p.size() == 1 && has("alpha")) {
+        why = " (alpha alone)";
+    } else if (only("hada_")) {
+        if (has("hada_w1_a") && has("hada_w1_b") && has("hada_w2_a") && has("hada_w2_b")) return LoraKind::loha;
+        why = " (an incomplete LoHa module: it needs hada_w1_a, hada_w1_b, hada_w2_a and hada_w2_b)";
+    } else if (only("lokr_")) {
+        const bool w1 = has("lokr_w1") != (has("lokr_w1_a") && has("lokr_w1_b"));
+        const bool w2 = has("lokr_w2") != (has("lokr_w2_a") && has("lokr_w2_b"));
+        const bool stray = (has("lokr_w1") && (has("lokr_w1_a") || has("lokr_w1_b"))) ||
+                           (has("lokr_w2") && (has("lokr_w2_a") || has("lokr_w2_b"))) ||
+                           (has("lokr_t2") && !(has("lokr_w2_a") && has("lokr_w2_b"))) ||
+                           has("lokr_w1_a") != has("lokr_w1_b") || has("lokr_w2_a") != has("lokr_w2_b");
+        if (w1 && w2 && !stray) return LoraKind::lokr;
+        why =
+            " (an incomplete LoKr module: it needs lokr_w1 or lokr_w1_a and lokr_w1_b, and lokr_w2 or lokr_w2_a "
+            "and lokr_w2_b)";
+    } else if (has("down") && has("up")) {
+        for (const auto& [name, w] : p)
+            if (name != "down" && name != "up" && name != "mid" && name != "alpha") {
+                why = " (LoRA and LyCORIS parts mixed)";
+                return std::nullopt;
+            }
+        return LoraKind::lora;
+    } else {
+        why = has("down") ? " (no up)" : has("up") ? " (no down)" : " (LoRA and LyCORIS parts mixed)";
+    }
+    return std::nullopt;
+}
+
+// Sizes from a file: a product that overflows is no size.
+std::optional<int64_t> product(const std::vector<int64_t>& s, size_t from) {
+    int64_t n = 1;
+    for (size_t i = from; i < s.size(); ++i)
+        if (s[i] < 0 || __builtin_mul_overflow(n, s[i], &n)) return std::nullopt;
+    return n;
+}
+std::optional<int64_t> times(int64_t a, int64_t b) {
+    int64_t n;
+    if (__builtin_mul_overflow(a, b, &n)) return std::nullopt;
+    return n;
+}
+
+// The shape a factor of a module rebuilds, before it is reshaped to W: a @ b.flatten(1)
+// (a matrix), or with t [i, j, kh, kw] the CP product of a [i, out] and b [j, in]
+// ([out, in, kh, kw]); nullopt when the sizes do not chain.
+std::optional<std::vector<int64_t>> rebuilt(const WeightEntry& a, const WeightEntry& b, const WeightEntry* t) {
+    const auto& A = a.shape;
+    const auto& B = b.shape;
+    if (t) {
+        const auto& T = t->shape;
+        if (T.size() != 4 || A.size() != 2 || B.size() != 2 || A[0] != T[0] || B[0] != T[1]) return std::nullopt;
+        return std::vector<int64_t>{A[1], B[1], T[2], T[3]};
+    }
+    const auto cols = product(B, 1);
+    if (A.size() != 2 || B.size() < 2 || A[1] != B[0] || !cols) return std::nullopt;
+    return std::vector<int64_t>{A[0], *cols};
+}
+
+// Whether a rebuilt shape becomes W by a reshape: the same shape, or a matrix
+// [W[0], the rest of W].
+bool fills(const std::optional<std::vector<int64_t>>& r, const std::vector<int64_t>& w) {
+    if (!r) return false;
+    if (*r == w) return true;
+    return r->size() == 2 && (*r)[0] == w[0] && product(w, 1) == (*r)[1];
+}
+
+// LoKr's product kron(w1, w2): [a*c, b*d] for a matrix w2, [a*c, b*d, kh, kw] for a conv one.
+std::optional<std::vector<int64_t>> kron_shape(const std::optional<std::vector<int64_t>>& w1,
+                                               const std::optional<std::vector<int64_t>>& w2) {
+    if (!w1 || !w2 || w1->size() != 2 || (w2->size() != 2 && w2->size() != 4)) return std::nullopt;
+    std::vector<int64_t> out = *w2;
+    const auto rows = times((*w1)[0], (*w2)[0]), cols = times((*w1)[1], (*w2)[1]);
+    if (!rows || !cols) return std::nullopt;
+    out[0] = *rows;
+    out[1] = *cols;
+    return out;
+}
+
+std::string shapes_of(const LoraModule& m) {
+    std::string out;
+    for (const auto& [name, w] : m.parts) out += (out.empty() ? "" : ", ") + name + " " + shape_text(w.shape);
+    return out;
+}
+
 // The product up.flatten(1) @ down.flatten(1) has W's size and layout: same
 // kind of layer (linear or conv with down's kernel, 1x1 up), same widths.
-void check_fit(const LoraModule& m, const std::vector<int64_t>& w, const std::string& path) {
-    const auto& d = m.down.shape;
-    const auto& u = m.up.shape;
+void check_lora_fit(const LoraModule& m, const std::vector<int64_t>& w, const std::string& path) {
+    const auto& d = m.part("down").shape;
+    const auto& u = m.part("up").shape;
     const std::string where = "does not fit this model: " + key(m.key);
     const bool conv = w.size() == 4;
-    if (w.size() != 2 && !conv)
-        throw lora_error(path, where + " changes " + m.stage + " " + m.param + ", which is not a linear or conv layer");
     // What this target needs at the file's rank.
     std::vector<int64_t> want_down = {m.rank, w[1]}, want_up = {w[0], m.rank};
     if (conv) {
@@ -291,6 +396,58 @@ void check_fit(const LoraModule& m, const std::vector<int64_t>& w, const std::st
                                hint);
 }
 
+// The change the module rebuilds (lora_merge.cpp) has W's size: for LoRA as
+// check_lora_fit says (with a mid: down [r, in] or [r, in, 1, 1], up [out, r] or
+// [out, r, 1, 1], mid [r, r, kh, kw]); for LoHa each factor; for LoKr the Kronecker
+// product. Also sets the module's rank.
+void check_fit(LoraModule& m, const std::vector<int64_t>& w, const std::string& path) {
+    if (w.size() != 2 && w.size() != 4)
+        throw lora_error(path, "does not fit this model: " + key(m.key) + " changes " + m.stage + " " + m.param +
+                                   ", which is not a linear or conv layer");
+    for (const auto& [name, e] : m.parts) {
+        if (e.shape.size() < 2)
+            throw lora_error(
+                path, "has a " + name + " tensor that is not a matrix: " + key(m.key) + " " + shape_text(e.shape));
+        for (int64_t d : e.shape)
+            if (d <= 0) throw lora_error(path, "has an empty LoRA module " + key(m.key));
+    }
+    const auto p = [&](const char* n) { return m.has(n) ? &m.part(n) : nullptr; };
+    bool ok = false;
+    std::string what;
+    if (m.kind == LoraKind::lora) {
+        m.rank = m.part("down").shape[0];
+        if (!m.has("mid")) return check_lora_fit(m, w, path);
+        const auto& d = m.part("down").shape;
+        const auto& u = m.part("up").shape;
+        const bool one_by_one = (d.size() == 2 || (d.size() == 4 && d[2] == 1 && d[3] == 1)) &&
+                                (u.size() == 2 || (u.size() == 4 && u[2] == 1 && u[3] == 1));
+        const auto& t = m.part("mid").shape;
+        ok = one_by_one && t.size() == 4 && t[0] == u[1] && t[1] == d[0] &&
+             std::vector<int64_t>{u[0], d[1], t[2], t[3]} == w;
+        what = "a LoCon module with a CP middle";
+    } else if (m.kind == LoraKind::loha) {
+        m.rank = m.part("hada_w1_b").shape[0];
+        ok = fills(rebuilt(m.part("hada_w1_a"), m.part("hada_w1_b"), p("hada_t1")), w) &&
+             fills(rebuilt(m.part("hada_w2_a"), m.part("hada_w2_b"), p("hada_t2")), w);
+        what = "a LoHa module";
+    } else {
+        m.rank = m.has("lokr_w2_b")   ? m.part("lokr_w2_b").shape[0]
+                 : m.has("lokr_w1_b") ? m.part("lokr_w1_b").shape[0]
+                                      : 0;
+        const auto w1 = m.has("lokr_w1") ? std::optional(m.part("lokr_w1").shape)
+                                         : rebuilt(m.part("lokr_w1_a"), m.part("lokr_w1_b"), nullptr);
+        const auto w2 = m.has("lokr_w2") ? std::optional(m.part("lokr_w2").shape)
+                                         : rebuilt(m.part("lokr_w2_a"), m.part("lokr_w2_b"), p("lokr_t2"));
+        const auto k = kron_shape(w1, w2);
+        ok = k && (k->size() == 4 ? *k == w : fills(k, w));
+        what = "a LoKr module";
+    }
+    if (!ok)
+        throw lora_error(path, "does not fit this model: " + key(m.key) + " is " + what + " (" + shapes_of(m) + "); " +
+                                   m.stage + " " + m.param + " is " + kind_of(w) + " " + shape_text(w) +
+                                   " here (a LoRA for another model or size?)");
+}
+
 using AlphaReader = std::function<double(const WeightEntry&)>;
 
 LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alpha_of, const std::string& path,
@@ -301,31 +458,29 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
     std::vector<std::string> unknown;
     for (const auto& w : index) {
         const KeyPart k = classify(w.name);
-        if (k.part == Part::unknown) {
+        if (k.part.empty()) {
             unknown.push_back(w.name);
             continue;
         }
         // An alpha is one number; F64 ones (some trainers write them) are read as such.
         const bool float_type =
-            w.dtype == "F32" || w.dtype == "F16" || w.dtype == "BF16" || (k.part == Part::alpha && w.dtype == "F64");
+            w.dtype == "F32" || w.dtype == "F16" || w.dtype == "BF16" || (k.part == "alpha" && w.dtype == "F64");
         if (!float_type)
             throw lora_error(path, "holds " + key(w.name) + " as " + w.dtype + ", not a float type (F16, BF16 or F32)");
-        auto& p = modules[without_processor(k.module)];
-        (k.part == Part::down ? p.down : k.part == Part::up ? p.up : p.alpha) = w;
+        modules[without_processor(k.module)][k.part] = w;
     }
     const TargetTable table = target_table(targets);
     LoraFile file;
     file.path = path;
     bool kohya = false, diffusers = false;
-    for (const auto& [name, p] : modules) {
+    for (auto& [name, p] : modules) {
+        std::string why;
+        const auto kind = kind_of_parts(p, why);
         auto it = table.find(name);
         std::optional<Target> unbuilt;
-        if (it == table.end() && p.down && p.up) unbuilt = unbuilt_layer(name, table, targets);
-        if ((it == table.end() && !unbuilt) || !p.down || !p.up) {
-            unknown.push_back(name + (p.down && p.up     ? ""
-                                      : !p.down && !p.up ? " (alpha alone)"
-                                      : !p.down          ? " (no down)"
-                                                         : " (no up)"));
+        if (it == table.end() && kind) unbuilt = unbuilt_layer(name, table, targets);
+        if ((it == table.end() && !unbuilt) || !kind) {
+            unknown.push_back(name + why);
             continue;
         }
         (starts_with(name, "lora_") ? kohya : diffusers) = true;
@@ -334,14 +489,16 @@ LoraFile describe(const std::vector<WeightEntry>& index, const AlphaReader& alph
         m.key = name;
         m.stage = target.stage;
         m.param = target.weight->name;
-        m.down = *p.down;
-        m.up = *p.up;
-        m.rank = m.down.shape.empty() ? 0 : m.down.shape[0];
-        if (m.rank <= 0) throw lora_error(path, "has an empty LoRA module " + key(name));
-        m.alpha = p.alpha ? alpha_of(*p.alpha) : static_cast<double>(m.rank);
-        if (!std::isfinite(m.alpha)) throw lora_error(path, "has an alpha that is not a finite number: " + key(name));
-        if (m.up.shape.size() < 2) throw lora_error(path, "has an up weight that is not a matrix: " + key(name));
+        m.kind = *kind;
+        std::optional<WeightEntry> alpha;
+        if (const auto a = p.find("alpha"); a != p.end()) {
+            alpha = a->second;
+            p.erase(a);
+        }
+        m.parts = std::move(p);
         check_fit(m, target.weight->shape, path);
+        m.alpha = alpha ? alpha_of(*alpha) : static_cast<double>(m.rank);
+        if (!std::isfinite(m.alpha)) throw lora_error(path, "has an alpha that is not a finite number: " + key(name));
         if (!unbuilt) file.modules.push_back(std::move(m));  // a layer not built: checked, nothing to change
     }
     if (!unknown.empty())
@@ -446,11 +603,12 @@ LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const st
     for (const auto* file : files) {
         for (const auto& m : file->modules) {
             const auto it = by_name.find(m.param);
-            if (m.stage != stage || it == by_name.end() || !seen.insert(m.param).second) continue;
+            if (m.stage != stage || it == by_name.end()) continue;
             double bytes = 4;
             for (int64_t d : it->second->shape) bytes *= static_cast<double>(d);
-            f.touched += bytes;
-            f.largest = std::max(f.largest, bytes);
+            if (seen.insert(m.param).second) f.touched += bytes;
+            // A LoHa's two factors are whole-size at once (lora_merge.cpp), the other kinds' one product.
+            f.largest = std::max(f.largest, bytes * (m.kind == LoraKind::loha ? 2 : 1));
         }
     }
     return f;

@@ -1,13 +1,15 @@
 // A LoRA file's modules and the model parameters they change, from its
 // .safetensors header alone (no LibTorch): kohya / A1111 files (lora_unet_* /
 // lora_te_* with lora_down, lora_up and alpha, LoCon included; SDXL's lora_te1_* /
-// lora_te2_*) and diffusers' pre-PEFT files (unet.*.lora.{down,up}.weight,
+// lora_te2_*), LyCORIS's LoHa and LoKr modules and LoCon's CP middle (lora_mid)
+// under those names, and diffusers' pre-PEFT files (unet.*.lora.{down,up}.weight,
 // text_encoder.*.lora_linear_layer.*, SDXL's text_encoder_2.*).
 // Names are matched against the model's own weight files, so a LoRA for another
 // model (other widths, a linear proj_in on a 1x1-conv UNet, an open_clip text
 // encoder) is refused here, before any stage loads. docs/model-format.md.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,15 +20,32 @@ namespace sd {
 
 class TensorReader;
 
-// One low-rank update: W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape).
+// How a module builds its change D of a weight W (W' = W + m * scale() * D, A1111's
+// and LyCORIS's rules; src/engine/lora_merge.cpp computes it, docs/model-format.md):
+// - lora: up.flatten(1) @ down.flatten(1); with a LoCon "mid" [r, r, kh, kw], the
+//   CP product of up, mid and down;
+// - loha: (w1_a @ w1_b) * (w2_a @ w2_b), elementwise; a factor with a "t1" / "t2"
+//   is the CP product of its t, a and b instead;
+// - lokr: kron(w1, w2), each either stored whole or as a product (w1_a @ w1_b,
+//   w2_a @ w2_b, or with "t2" a CP product);
+// reshaped to W's shape.
+enum class LoraKind { lora, loha, lokr };
+
 struct LoraModule {
-    std::string key;       // the module's name in the file, e.g. "lora_unet_down_blocks_0_..._to_q"
-    std::string stage;     // "unet", "text_encoder" or (SDXL) "text_encoder_2"
-    std::string param;     // the parameter in that stage's weight file, e.g. "input_blocks.1.1....to_q.weight"
-    WeightEntry down, up;  // byte ranges in the LoRA file
-    int64_t rank = 0;      // down's first size
-    double alpha = 0;      // from the file (F16, BF16, F32 or F64); absent: rank (scale 1)
-    double scale() const { return alpha / static_cast<double>(rank); }
+    std::string key;    // the module's name in the file, e.g. "lora_unet_down_blocks_0_..._to_q"
+    std::string stage;  // "unet", "text_encoder" or (SDXL) "text_encoder_2"
+    std::string param;  // the parameter in that stage's weight file, e.g. "input_blocks.1.1....to_q.weight"
+    LoraKind kind = LoraKind::lora;
+    // The module's tensors (byte ranges in the file) by their part of the key:
+    // "down", "up", "mid"; "hada_w1_a" ... "hada_t2"; "lokr_w1", "lokr_w1_a" ... "lokr_t2".
+    std::map<std::string, WeightEntry> parts;
+    // What alpha is divided by: lora's down's first size, loha's w1_b's, lokr's w2_b's
+    // (else w1_b's); 0 for a LoKr module with neither, whose scale is 1.
+    int64_t rank = 0;
+    double alpha = 0;  // from the file (F16, BF16, F32 or F64); absent: rank (scale 1)
+    double scale() const { return rank > 0 ? alpha / static_cast<double>(rank) : 1.0; }
+    const WeightEntry& part(const std::string& name) const { return parts.at(name); }
+    bool has(const std::string& name) const { return parts.count(name) > 0; }
 };
 
 struct LoraFile {
@@ -56,7 +75,7 @@ LoraFile parse_lora(const std::string& file_bytes, const std::string& path, cons
 
 // What merging costs one stage in memory (docs/memory.md): every parameter a
 // LoRA changes gets a new fp32 tensor (touched), and the largest change is
-// computed beside its copy (largest); bytes.
+// computed beside its copy (largest: twice its size for a LoHa's two factors); bytes.
 struct LoraFootprint {
     double touched = 0, largest = 0;
     double total() const { return touched + largest; }

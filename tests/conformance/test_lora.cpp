@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/script.h>
 
 #include "conformance_util.h"
@@ -214,4 +215,164 @@ TEST(LoraExport, BakedStackedCase) {
     args.insert(args.end(), {"--save-latents", out + "/latents.npy"});
     ASSERT_EQ(sdtest::run(args).exit_code, 0);
     EXPECT_GT(sdtest::latents_relative_error(case_dir(kCases[2]), out + "/latents.npy"), 1e-2);
+}
+
+// LyCORIS's LoHa and LoKr modules (lora_keys.h). No reference run made these, so they
+// are tied to the fixtures by identities: lora_a rewritten as a LoHa whose second
+// factor is all ones, and as a LoKr whose w1 is [[1]], changes the weights exactly as
+// lora_a does, which matches diffusers' fuse. Each kind's product is also checked
+// against its formula written out as loops.
+namespace {
+
+// A .safetensors file of F32 tensors (alpha: a 0-d tensor).
+void write_f32_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+    nlohmann::json h = nlohmann::json::object();
+    std::string data;
+    for (const auto& [name, t] : tensors) {
+        const at::Tensor c = t.to(at::kFloat).contiguous();
+        h[name] = {{"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {data.size(), data.size() + c.numel() * 4}}};
+        data.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * 4);
+    }
+    std::string text = h.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    std::ofstream(path, std::ios::binary) << out << text << data;
+}
+
+// lora_a's modules as (down, up, alpha) in fp32.
+struct LoraParts {
+    at::Tensor down, up, alpha;
+};
+std::map<std::string, LoraParts> lora_a_modules() {
+    const std::string path = lora_dir() + "/lora_a.safetensors";
+    std::ifstream f(path, std::ios::binary);
+    std::map<std::string, LoraParts> out;
+    for (const auto& w : sd::read_weight_index(path, sd::WeightUse::AnyDtype)) {
+        EXPECT_EQ(w.dtype, "F16") << w.name;
+        at::Tensor t = at::empty(w.shape, at::kHalf);
+        f.seekg(static_cast<std::streamoff>(w.begin));
+        f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(w.end - w.begin));
+        const size_t dot = w.name.find('.');
+        const std::string part = w.name.substr(dot + 1);
+        auto& m = out[w.name.substr(0, dot)];
+        (part == "alpha" ? m.alpha : part == "lora_down.weight" ? m.down : m.up) = t.to(at::kFloat);
+    }
+    return out;
+}
+
+std::string rewritten_lora_a(const std::string& kind) {
+    std::vector<std::pair<std::string, at::Tensor>> t;
+    for (const auto& [key, m] : lora_a_modules()) {
+        const at::Tensor up = m.up.flatten(1), down = m.down.flatten(1);
+        t.emplace_back(key + ".alpha", m.alpha);
+        if (kind == "loha") {
+            t.insert(t.end(), {{key + ".hada_w1_a", up},
+                               {key + ".hada_w1_b", down},
+                               {key + ".hada_w2_a", at::ones({up.size(0), 1})},
+                               {key + ".hada_w2_b", at::ones({1, down.size(1)})}});
+        } else {
+            t.insert(t.end(), {{key + ".lokr_w1", at::ones({1, 1})}, {key + ".lokr_w2_a", up}, {key + ".lokr_w2_b", down}});
+        }
+    }
+    const std::string path = sdtest::temp_dir() + "/lora_a_" + kind + ".safetensors";
+    write_f32_safetensors(path, t);
+    return path;
+}
+
+}  // namespace
+
+TEST(LycorisMerge, LohaAndLokrOfTheFixtureLoraMatchDiffusersFuse) {
+    c10::InferenceMode guard;
+    const auto lora = merges(kCases[0]);
+    const auto unet = merged_stage("unet.pt", lora), te = merged_stage("text_encoder.pt", lora);
+    for (const std::string kind : {"loha", "lokr"}) {
+        const std::vector<sd::LoraMerge> l = {{sd::read_lora(rewritten_lora_a(kind), tiny_targets()), 1.0, 1.0}};
+        ASSERT_EQ(l[0].file.modules.size(), 129u) << kind;
+        EXPECT_LE(merged_error(kCases[0], l), 1e-5) << kind;
+        // The same bits as lora_a's own merge: a product by exact ones changes nothing.
+        for (const auto& [stage, plain] : {std::pair{"unet", &unet}, std::pair{"text_encoder", &te}}) {
+            const auto merged = merged_stage(std::string(stage) + ".pt", l);
+            std::map<std::string, at::Tensor> want;
+            for (const auto& p : plain->named_parameters(true)) want[p.name] = p.value;
+            for (const auto& p : merged.named_parameters(true)) EXPECT_TRUE(at::equal(p.value, want.at(p.name))) << kind << " " << p.name;
+        }
+    }
+}
+
+// Each kind's product against its formula as loops: a LoHa with CP factors, a LoKr
+// with a product w1 and a conv w2, a LoKr with a CP w2, and LoCon's CP middle, on
+// the tiny UNet's first 3x3 conv [32, 32, 3, 3].
+TEST(LycorisMerge, DeltasFollowTheirFormulas) {
+    c10::InferenceMode guard;
+    at::manual_seed(7);
+    const std::string c = "lora_unet_down_blocks_0_resnets_0_conv1";
+    const auto r = [](std::vector<int64_t> s) { return at::randn(s, at::kDouble); };
+    const at::Tensor t1 = r({3, 4, 3, 3}), a1 = r({3, 32}), b1 = r({4, 32}), t2 = r({2, 2, 3, 3}), a2 = r({2, 32}),
+                     b2 = r({2, 32});
+    const at::Tensor k1a = r({4, 2}), k1b = r({2, 8}), k2 = r({8, 4, 3, 3});
+    const at::Tensor kt = r({2, 3, 3, 3}), ka = r({2, 4}), kb = r({3, 4}), kw1 = r({8, 8});
+    const at::Tensor down = r({5, 32, 1, 1}), mid = r({6, 5, 3, 3}), up = r({32, 6, 1, 1});
+    const at::Tensor alpha = at::full({}, 3.0, at::kDouble);
+    const std::string dir = sdtest::temp_dir();
+    write_f32_safetensors(dir + "/loha.safetensors", {{c + ".alpha", alpha}, {c + ".hada_t1", t1}, {c + ".hada_w1_a", a1},
+                                                      {c + ".hada_w1_b", b1}, {c + ".hada_t2", t2}, {c + ".hada_w2_a", a2},
+                                                      {c + ".hada_w2_b", b2}});
+    write_f32_safetensors(dir + "/lokr.safetensors",
+                          {{c + ".alpha", alpha}, {c + ".lokr_w1_a", k1a}, {c + ".lokr_w1_b", k1b}, {c + ".lokr_w2", k2}});
+    write_f32_safetensors(dir + "/lokr_cp.safetensors", {{c + ".alpha", alpha}, {c + ".lokr_w1", kw1}, {c + ".lokr_t2", kt},
+                                                         {c + ".lokr_w2_a", ka}, {c + ".lokr_w2_b", kb}});
+    write_f32_safetensors(dir + "/mid.safetensors", {{c + ".alpha", alpha}, {c + ".lora_down.weight", down},
+                                                     {c + ".lora_mid.weight", mid}, {c + ".lora_up.weight", up}});
+    // The inputs as the file holds them (fp32), in double for the loops.
+    const auto f = [](const at::Tensor& x) { return x.to(at::kFloat).to(at::kDouble); };
+    const auto cp = [&](const at::Tensor& t, const at::Tensor& a, const at::Tensor& b, int64_t kh, int64_t kw) {
+        auto T = f(t), A = f(a), B = f(b);
+        at::Tensor out = at::zeros({A.size(1), B.size(1), kh, kw}, at::kDouble);
+        auto o = out.accessor<double, 4>();
+        auto ta = T.accessor<double, 4>();
+        auto aa = A.accessor<double, 2>();
+        auto ba = B.accessor<double, 2>();
+        for (int64_t p = 0; p < A.size(1); ++p)
+            for (int64_t q = 0; q < B.size(1); ++q)
+                for (int64_t k = 0; k < kh; ++k)
+                    for (int64_t l = 0; l < kw; ++l)
+                        for (int64_t i = 0; i < T.size(0); ++i)
+                            for (int64_t j = 0; j < T.size(1); ++j) o[p][q][k][l] += ta[i][j][k][l] * aa[i][p] * ba[j][q];
+        return out;
+    };
+    const auto kron4 = [&](const at::Tensor& w1, const at::Tensor& w2) {
+        auto A = w1.accessor<double, 2>();
+        auto B = w2.accessor<double, 4>();
+        const int64_t c2 = w2.size(0), d2 = w2.size(1);
+        at::Tensor out = at::empty({w1.size(0) * c2, w1.size(1) * d2, w2.size(2), w2.size(3)}, at::kDouble);
+        auto o = out.accessor<double, 4>();
+        for (int64_t i = 0; i < w1.size(0); ++i)
+            for (int64_t j = 0; j < w1.size(1); ++j)
+                for (int64_t p = 0; p < c2; ++p)
+                    for (int64_t q = 0; q < d2; ++q)
+                        for (int64_t k = 0; k < w2.size(2); ++k)
+                            for (int64_t l = 0; l < w2.size(3); ++l) o[i * c2 + p][j * d2 + q][k][l] = A[i][j] * B[p][q][k][l];
+        return out;
+    };
+    // Scales: alpha over w1_b's rank (LoHa: 4), w1_b's (LoKr with a whole w2: 2), w2_b's (3), down's (5).
+    const std::vector<std::pair<std::string, at::Tensor>> want = {
+        {"loha", cp(t1, a1, b1, 3, 3) * cp(t2, a2, b2, 3, 3) * (3.0 / 4)},
+        {"lokr", kron4(f(k1a).mm(f(k1b)), f(k2)) * (3.0 / 2)},
+        {"lokr_cp", kron4(f(kw1), cp(kt, ka, kb, 3, 3)) * (3.0 / 3)},
+        {"mid", cp(mid, up.flatten(1).t(), down.flatten(1), 3, 3) * (3.0 / 5)}};
+    for (const auto& [name, expected] : want) {
+        const auto file = sd::read_lora(dir + "/" + name + ".safetensors", tiny_targets());
+        ASSERT_EQ(file.modules.size(), 1u) << name;
+        const at::Tensor got = sd::lora_delta(file, file.modules[0], {32, 32, 3, 3}).to(at::kDouble);
+        EXPECT_LE((got - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>()) << name;
+        EXPECT_GT(expected.abs().max().item<double>(), 0) << name;
+    }
+}
+
+// A rewritten lora_a through the CLI: --lora with a LoHa file gives the case's image.
+TEST(LycorisCli, LohaFileFromLoraFlag) {
+    auto args = case_args(kCases[0], model());
+    args.insert(args.end(), {"--lora", rewritten_lora_a("loha") + ":1.0"});
+    sdtest::check_cli_run(case_dir(kCases[0]), args, sdtest::temp_dir());
 }

@@ -281,22 +281,45 @@ void lora_file(const uint8_t* data, size_t size) {
     } catch (const sd::Error&) {
         return;
     }
-    // What merging relies on: each module's tensors lie in the file, its rank is
-    // down's first size and up's second, and the product has its target's size.
+    // What merging relies on: each module's tensors lie in the file, are matrices or
+    // more, and the change its kind rebuilds has its target's number of values.
     for (const auto& m : file.modules) {
-        require(m.rank > 0 && m.down.shape.size() >= 2 && m.up.shape.size() >= 2, "bad rank: " + m.key);
-        require(m.down.shape[0] == m.rank && m.up.shape[1] == m.rank, "rank mismatch: " + m.key);
-        require(m.down.end <= size && m.up.end <= size, "range outside the file: " + m.key);
-        require(std::isfinite(m.alpha), "alpha not finite: " + m.key);
+        const auto shape = [&](const char* part) { return m.part(part).shape; };
+        for (const auto& [part, w] : m.parts) {
+            require(w.end <= size, "range outside the file: " + m.key + " " + part);
+            require(w.shape.size() >= 2, "not a matrix: " + m.key + " " + part);
+        }
+        require(std::isfinite(m.alpha) && std::isfinite(m.scale()), "alpha not finite: " + m.key);
+        const auto numel = [](const std::vector<int64_t>& s, size_t from = 0) {
+            long double n = 1;
+            for (size_t i = from; i < s.size(); ++i) n *= s[i];
+            return n;
+        };
+        // A factor: a @ b.flatten(1), or with t the CP product [a[1], b[1], t[2], t[3]].
+        const auto factor = [&](const char* a, const char* b, const char* t) {
+            if (m.has(t)) return static_cast<long double>(shape(a)[1]) * shape(b)[1] * shape(t)[2] * shape(t)[3];
+            return static_cast<long double>(shape(a)[0]) * numel(shape(b), 1);
+        };
+        long double got = 0;
+        if (m.kind == sd::LoraKind::lora) {
+            require(m.rank > 0 && shape("down")[0] == m.rank && shape("up")[1] == m.rank, "rank mismatch: " + m.key);
+            got = shape("up")[0] * numel(shape("down"), 1);
+            if (m.has("mid")) got = static_cast<long double>(shape("up")[0]) * shape("down")[1] * shape("mid")[2] * shape("mid")[3];
+        } else if (m.kind == sd::LoraKind::loha) {
+            require(m.rank == shape("hada_w1_b")[0], "rank mismatch: " + m.key);
+            got = factor("hada_w1_a", "hada_w1_b", "hada_t1");
+            require(got == factor("hada_w2_a", "hada_w2_b", "hada_t2"), "LoHa factors differ in size: " + m.key);
+        } else {
+            const long double w1 = m.has("lokr_w1") ? numel(shape("lokr_w1")) : factor("lokr_w1_a", "lokr_w1_b", "");
+            const long double w2 = m.has("lokr_w2") ? numel(shape("lokr_w2")) : factor("lokr_w2_a", "lokr_w2_b", "lokr_t2");
+            got = w1 * w2;
+        }
         const auto& all = m.stage == "unet" ? targets.unet : targets.text_encoder;
         bool found = false;
         for (const auto& w : all) {
             if (w.name != m.param) continue;
             found = true;
-            int64_t want = 1, got = m.up.shape[0];
-            for (int64_t d : w.shape) want *= d;
-            for (size_t i = 1; i < m.down.shape.size(); ++i) got *= m.down.shape[i];
-            require(want == got, "product does not fill its target: " + m.key);
+            require(numel(w.shape) == got, "the change does not fill its target: " + m.key);
         }
         require(found, "target not in the model: " + m.param);
     }

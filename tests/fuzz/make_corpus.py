@@ -65,6 +65,22 @@ put("lora_file", "diffusers", weights([
     ("unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora.up.weight", "F32", [8, 2]),
     ("text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.down.weight", "F32", [2, 8]),
     ("text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_linear_layer.up.weight", "F32", [8, 2])]))
+# LyCORIS modules: LoHa (plain and CP), LoKr (a product w2, a whole conv w2), LoCon's CP middle.
+Q = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
+C = "lora_unet_down_blocks_0_resnets_0_conv1"
+put("lora_file", "loha", weights([(Q + ".alpha", "F16", []), (Q + ".hada_w1_a", "F32", [8, 2]),
+                                  (Q + ".hada_w1_b", "F32", [2, 8]), (Q + ".hada_w2_a", "F32", [8, 2]),
+                                  (Q + ".hada_w2_b", "F32", [2, 8]), (C + ".hada_t1", "F32", [2, 2, 3, 3]),
+                                  (C + ".hada_w1_a", "F32", [2, 8]), (C + ".hada_w1_b", "F32", [2, 4]),
+                                  (C + ".hada_t2", "F32", [2, 2, 3, 3]), (C + ".hada_w2_a", "F32", [2, 8]),
+                                  (C + ".hada_w2_b", "F32", [2, 4])]))
+put("lora_file", "lokr", weights([(Q + ".alpha", "F16", []), (Q + ".lokr_w1", "F32", [2, 2]),
+                                  (Q + ".lokr_w2_a", "F32", [4, 1]), (Q + ".lokr_w2_b", "F32", [1, 4]),
+                                  (C + ".lokr_w1_a", "F32", [2, 1]), (C + ".lokr_w1_b", "F32", [1, 2]),
+                                  (C + ".lokr_w2", "F32", [4, 2, 3, 3])]))
+put("lora_file", "locon_mid", weights([(C + ".lora_down.weight", "F32", [2, 4, 1, 1]),
+                                       (C + ".lora_mid.weight", "F32", [2, 2, 3, 3]),
+                                       (C + ".lora_up.weight", "F32", [8, 2, 1, 1])]))
 
 
 def model_json(**over):

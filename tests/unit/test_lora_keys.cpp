@@ -144,7 +144,7 @@ TEST(LoraKeys, KohyaModulesMapToCompVisNames) {
     EXPECT_EQ(ra("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k"), (std::pair<int64_t, double>{4, 1}));
     EXPECT_EQ(ra("lora_unet_down_blocks_0_resnets_0_conv1"), (std::pair<int64_t, double>{2, 1}));
     EXPECT_EQ(ra("lora_te_text_model_encoder_layers_0_self_attn_q_proj"), (std::pair<int64_t, double>{4, 4}));
-    EXPECT_EQ(m.at("lora_unet_down_blocks_0_resnets_0_conv1")->down.shape, (std::vector<int64_t>{2, 32, 3, 3}));
+    EXPECT_EQ(m.at("lora_unet_down_blocks_0_resnets_0_conv1")->part("down").shape, (std::vector<int64_t>{2, 32, 3, 3}));
 }
 
 // lora_b (kohya, no alpha) and lora_b_diffusers (diffusers' own format): the same targets, scale 1.
@@ -234,7 +234,10 @@ TEST(LoraKeys, OtherLayoutsAreRefusedByName) {
         {"lora_te_text_model_transformer_resblocks_0_attn_out_proj", "open_clip"},
         {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj", "SDXL"},
         {"unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora_A.weight", "PEFT"},
-        {"lora_unet_down_blocks_0_resnets_0_conv1.hada_w1_a", "LyCORIS"}};
+        {"lora_unet_down_blocks_0_resnets_0_conv1.hada_w1_a", "incomplete LoHa"},
+        {"lora_unet_down_blocks_0_resnets_0_conv1.lokr_w1", "incomplete LoKr"},
+        {"lora_unet_down_blocks_0_resnets_0_conv1.dora_scale", "DoRA"},
+        {"lora_unet_down_blocks_0_resnets_0_conv1.oft_blocks", "LyCORIS file of a kind"}};
     for (const auto& [key, word] : cases) {
         const std::string e = refusal(safetensors({{key, "F32", {2, 32}}}));
         EXPECT_NE(e.find(word), std::string::npos) << e;
@@ -345,4 +348,123 @@ TEST(LoraKeys, ReadLoraKeepsTheOpenFileAndItsHash) {
     ASSERT_TRUE(f.file);
     EXPECT_EQ(f.hash, sd::lora_short_hash(lora("lora_a.safetensors")));
     EXPECT_EQ(f.hash.size(), 12u);
+}
+
+namespace {
+
+const std::string kQ = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";  // [32, 32]
+const std::string kC = "lora_unet_down_blocks_0_resnets_0_conv1";                                // [32, 32, 3, 3]
+
+// Part names with their key prefix.
+std::vector<T> parts(const std::string& module, const std::vector<std::pair<std::string, std::vector<int64_t>>>& ps) {
+    std::vector<T> out;
+    for (const auto& [part, shape] : ps) out.push_back({module + "." + part, "F32", shape});
+    return out;
+}
+std::vector<T> operator+(std::vector<T> a, const std::vector<T>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+}  // namespace
+
+// LyCORIS's modules: LoHa (plain and with CP factors), LoKr (whole and product
+// factors, a conv w2 and a matrix one) and LoCon's CP middle, with the rank alpha
+// is divided by.
+TEST(LoraKeys, LycorisModulesAreRead) {
+    const float alpha_value = [] {  // the helper's data bytes, 0x3c3c3c3c
+        float f;
+        const uint32_t bits = 0x3c3c3c3c;
+        std::memcpy(&f, &bits, 4);
+        return f;
+    }();
+    const auto loha = sd::parse_lora(
+        safetensors(parts(kQ, {{"alpha", {}}, {"hada_w1_a", {32, 4}}, {"hada_w1_b", {4, 32}}, {"hada_w2_a", {32, 2}},
+                               {"hada_w2_b", {2, 32}}}) +
+                    parts(kC, {{"hada_t1", {4, 4, 3, 3}}, {"hada_w1_a", {4, 32}}, {"hada_w1_b", {4, 32}},
+                               {"hada_w2_a", {32, 2}}, {"hada_w2_b", {2, 288}}})),
+        "x", tiny());
+    auto m = by_key(loha);
+    ASSERT_EQ(m.size(), 2u);
+    EXPECT_EQ(m.at(kQ)->kind, sd::LoraKind::loha);
+    EXPECT_EQ(m.at(kQ)->rank, 4);
+    EXPECT_FLOAT_EQ(static_cast<float>(m.at(kQ)->scale()), alpha_value / 4);
+    EXPECT_EQ(m.at(kC)->rank, 4);
+    EXPECT_DOUBLE_EQ(m.at(kC)->scale(), 1.0);  // no alpha
+    EXPECT_EQ(m.at(kC)->parts.size(), 5u);
+    EXPECT_EQ(m.at(kC)->param, "input_blocks.1.0.in_layers.2.weight");
+
+    const auto lokr = sd::parse_lora(
+        safetensors(parts(kQ, {{"alpha", {}}, {"lokr_w1", {4, 4}}, {"lokr_w2_a", {8, 2}}, {"lokr_w2_b", {2, 8}}}) +
+                    parts(kC, {{"alpha", {}}, {"lokr_w1_a", {4, 1}}, {"lokr_w1_b", {1, 2}}, {"lokr_w2", {8, 16, 3, 3}}}) +
+                    parts("lora_unet_down_blocks_0_resnets_0_conv2",
+                          {{"alpha", {}}, {"lokr_w1", {2, 2}}, {"lokr_t2", {2, 2, 3, 3}}, {"lokr_w2_a", {2, 16}},
+                           {"lokr_w2_b", {2, 16}}}) +
+                    parts("lora_unet_down_blocks_0_attentions_0_proj_in", {{"alpha", {}}, {"lokr_w1", {4, 4}}, {"lokr_w2", {8, 8}}}) +
+                    parts("lora_unet_down_blocks_0_attentions_0_proj_out",
+                          {{"lokr_w1_a", {4, 3}}, {"lokr_w1_b", {3, 4}}, {"lokr_w2_a", {8, 5}}, {"lokr_w2_b", {5, 8}}})),
+        "x", tiny());
+    m = by_key(lokr);
+    ASSERT_EQ(m.size(), 5u);
+    EXPECT_EQ(m.at(kQ)->kind, sd::LoraKind::lokr);
+    EXPECT_EQ(m.at("lora_unet_down_blocks_0_attentions_0_proj_out")->rank, 5);  // w2_b's over w1_b's, as A1111
+    EXPECT_EQ(m.at(kQ)->rank, 2);  // w2_b's
+    EXPECT_EQ(m.at(kC)->rank, 1);  // w1_b's, with a whole w2
+    EXPECT_EQ(m.at("lora_unet_down_blocks_0_resnets_0_conv2")->rank, 2);
+    EXPECT_EQ(m.at("lora_unet_down_blocks_0_attentions_0_proj_in")->rank, 0);
+    EXPECT_DOUBLE_EQ(m.at("lora_unet_down_blocks_0_attentions_0_proj_in")->scale(), 1.0);  // alpha unused, as A1111
+
+    const auto mid = sd::parse_lora(
+        safetensors(parts(kC, {{"lora_down.weight", {2, 32, 1, 1}}, {"lora_mid.weight", {2, 2, 3, 3}}, {"lora_up.weight", {32, 2, 1, 1}}})),
+        "x", tiny());
+    ASSERT_EQ(mid.modules.size(), 1u);
+    EXPECT_EQ(mid.modules[0].kind, sd::LoraKind::lora);
+    EXPECT_TRUE(mid.modules[0].has("mid"));
+    EXPECT_EQ(mid.modules[0].rank, 2);
+}
+
+// Each way a LyCORIS module can miss its target is refused with one line naming the key and the shapes.
+TEST(LoraKeys, LycorisModulesThatDoNotFitAreRefused) {
+    const std::vector<std::vector<T>> bad = {
+        parts(kQ, {{"hada_w1_a", {32, 4}}, {"hada_w1_b", {4, 32}}, {"hada_w2_a", {32, 2}}, {"hada_w2_b", {2, 16}}}),
+        parts(kQ, {{"hada_w1_a", {32, 4}}, {"hada_w1_b", {2, 32}}, {"hada_w2_a", {32, 2}}, {"hada_w2_b", {2, 32}}}),
+        parts(kC, {{"hada_t1", {4, 4, 3, 3}}, {"hada_w1_a", {4, 32}}, {"hada_w1_b", {4, 32}}, {"hada_w2_a", {32, 2}},
+                   {"hada_w2_b", {2, 32}}}),
+        parts(kC, {{"hada_t1", {4, 4, 1, 1}}, {"hada_w1_a", {4, 32}}, {"hada_w1_b", {4, 32}}, {"hada_t2", {4, 4, 1, 1}},
+                   {"hada_w2_a", {4, 32}}, {"hada_w2_b", {4, 32}}}),
+        parts(kQ, {{"lokr_w1", {4, 4}}, {"lokr_w2_a", {8, 2}}, {"lokr_w2_b", {2, 4}}}),
+        parts(kQ, {{"lokr_w1", {4, 4}}, {"lokr_w2", {8, 8, 1, 1}}}),
+        parts(kC, {{"lokr_w1", {4, 4}}, {"lokr_w2", {8, 8, 1, 1}}}),
+        parts(kC, {{"lora_down.weight", {2, 32, 3, 3}}, {"lora_mid.weight", {2, 2, 3, 3}}, {"lora_up.weight", {32, 2, 1, 1}}}),
+        parts(kC, {{"lora_down.weight", {2, 32, 1, 1}}, {"lora_mid.weight", {4, 2, 3, 3}}, {"lora_up.weight", {32, 2, 1, 1}}}),
+    };
+    for (const auto& t : bad) {
+        const std::string e = refusal(safetensors(t));
+        EXPECT_NE(e.find("does not fit this model"), std::string::npos) << e;
+        EXPECT_NE(e.find(t[0].name.substr(0, t[0].name.find('.'))), std::string::npos) << e;
+    }
+    // Incomplete or mixed sets name the module among the keys that match nothing.
+    for (const auto& t : {parts(kQ, {{"hada_w1_a", {32, 4}}, {"hada_w1_b", {4, 32}}, {"hada_w2_a", {32, 2}}}),
+                          parts(kQ, {{"lokr_w1", {4, 4}}, {"lokr_w1_a", {4, 1}}, {"lokr_w1_b", {1, 4}}, {"lokr_w2", {8, 8}}}),
+                          parts(kQ, {{"lokr_w1", {4, 4}}, {"lokr_t2", {2, 2, 1, 1}}, {"lokr_w2", {8, 8}}}),
+                          parts(kQ, {{"lora_down.weight", {2, 32}}, {"lora_up.weight", {32, 2}}, {"hada_w1_a", {32, 2}}})}) {
+        const std::string e = refusal(safetensors(t));
+        EXPECT_NE(e.find("match no layer"), std::string::npos) << e;
+    }
+    // A part that is not a matrix, and an empty one.
+    EXPECT_NE(refusal(safetensors(parts(kQ, {{"lokr_w1", {16}}, {"lokr_w2", {8, 8}}}))).find("not a matrix"), std::string::npos);
+    EXPECT_NE(refusal(safetensors(parts(kQ, {{"lokr_w1", {4, 0}}, {"lokr_w2", {8, 8}}}))).find("empty"), std::string::npos);
+}
+
+// A LoHa's two whole-size factors count twice in the largest change merging computes.
+TEST(LoraKeys, FootprintCountsLohaFactorsTwice) {
+    const auto loha = sd::parse_lora(
+        safetensors(parts(kQ, {{"hada_w1_a", {32, 4}}, {"hada_w1_b", {4, 32}}, {"hada_w2_a", {32, 2}}, {"hada_w2_b", {2, 32}}})),
+        "x", tiny());
+    const auto lora = sd::parse_lora(safetensors(module(kQ, {4, 32}, {32, 4})), "x", tiny());
+    const auto fl = sd::lora_footprint({&lora}, tiny().unet, "unet"), fh = sd::lora_footprint({&loha}, tiny().unet, "unet");
+    EXPECT_DOUBLE_EQ(fl.touched, 32 * 32 * 4);
+    EXPECT_DOUBLE_EQ(fh.touched, fl.touched);
+    EXPECT_DOUBLE_EQ(fh.largest, 2 * fl.largest);
+    EXPECT_DOUBLE_EQ(sd::lora_footprint({&lora, &loha}, tiny().unet, "unet").largest, fh.largest);  // stacked after a LoRA too
 }
