@@ -2,10 +2,11 @@
 """A random LoRA in the kohya/A1111 format for the full-size SD 1.5 architecture,
 shaped like LCM-LoRA (every attention and feed-forward layer of the UNet's
 transformers, their proj_in/proj_out 1x1 convolutions, the text encoder's
-attention and MLP), for bench/bench_fewstep.py's merged-at-load row. The
-values do not matter for time and memory.
+attention and MLP), for bench/bench_fewstep.py's merged-at-load row, or the same
+layers as LyCORIS LoHa or LoKr modules (--kind). The values do not matter for time
+and memory.
 
-    PYTHONPATH=python /usr/bin/python3 bench/make_random_lora.py OUT.safetensors [--rank 64]
+    PYTHONPATH=python /usr/bin/python3 bench/make_random_lora.py OUT.safetensors [--rank 64] [--kind lora|loha|lokr]
 """
 import argparse
 
@@ -39,19 +40,33 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
     p.add_argument("--rank", type=int, default=64)
+    p.add_argument("--kind", choices=["lora", "loha", "lokr"], default="lora")
     a = p.parse_args()
     g = torch.Generator().manual_seed(0)
     tensors = {}
+    def randn(*shape):
+        return (torch.randn(*shape, generator=g) / shape[-1] ** 0.5).half()
+
     for name, n_out, n_in, conv in targets():
+        tensors[f"{name}.alpha"] = torch.tensor(float(a.rank)).half()
+        if a.kind == "loha":  # two rank-r factors multiplied elementwise (2D: fills a 1x1 conv too)
+            for f in ("1", "2"):
+                tensors[f"{name}.hada_w{f}_a"] = randn(n_out, a.rank)
+                tensors[f"{name}.hada_w{f}_b"] = randn(a.rank, n_in)
+            continue
+        if a.kind == "lokr":  # kron of a whole 8x8 w1 and a rank-r w2
+            tensors[f"{name}.lokr_w1"] = randn(8, 8)
+            tensors[f"{name}.lokr_w2_a"] = randn(n_out // 8, a.rank)
+            tensors[f"{name}.lokr_w2_b"] = randn(a.rank, n_in // 8)
+            continue
         down = torch.randn(a.rank, n_in, generator=g) / n_in ** 0.5
         up = torch.randn(n_out, a.rank, generator=g) * 0.01
         if conv:
             down, up = down[:, :, None, None], up[:, :, None, None]
         tensors[f"{name}.lora_down.weight"] = down.half()
         tensors[f"{name}.lora_up.weight"] = up.half()
-        tensors[f"{name}.alpha"] = torch.tensor(float(a.rank)).half()
     write_safetensors(a.out, sorted(tensors.items()), metadata={"ss_network_dim": str(a.rank)})
-    print(f"{a.out}: {len(tensors)} tensors, rank {a.rank}")
+    print(f"{a.out}: {len(tensors)} tensors, {a.kind}, rank {a.rank}")
 
 
 if __name__ == "__main__":

@@ -246,14 +246,16 @@ const LoraFile& LoadedStages::lora_file(const LoraUse& use) const {
     }
 }
 
-std::pair<double, double> LoadedStages::lora_bytes(const std::vector<LoraUse>& loras) const {
-    if (loras.empty()) return {0, 0};
+std::pair<LoraFootprint, LoraFootprint> LoadedStages::lora_bytes(const std::vector<LoraUse>& loras) const {
+    if (loras.empty()) return {};
     std::vector<const LoraFile*> files;
     for (const auto& use : loras) files.push_back(&lora_file(use));
-    // The text encoders run one after the other but stay loaded together: their costs add up.
-    return {lora_footprint(files, lora_targets_->text_encoder, "text_encoder").total() +
-                lora_footprint(files, lora_targets_->text_encoder_2, "text_encoder_2").total(),
-            lora_footprint(files, lora_targets_->unet, "unet").total()};
+    // The text encoders load one after the other but stay loaded together: their costs add up.
+    const LoraFootprint t1 = lora_footprint(files, lora_targets_->text_encoder, "text_encoder"),
+                        t2 = lora_footprint(files, lora_targets_->text_encoder_2, "text_encoder_2");
+    const LoraFootprint text = {t1.touched + t2.touched, t1.largest + t2.largest,
+                                std::max(t1.largest_param, t2.largest_param)};
+    return {text, lora_footprint(files, lora_targets_->unet, "unet")};
 }
 
 }  // namespace sd

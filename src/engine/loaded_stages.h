@@ -86,8 +86,8 @@ public:
     void use_loras(const std::vector<LoraUse>& loras);
     // A LoRA file's modules, read once, mapped onto this model's weight files and checked against them.
     const LoraFile& lora_file(const LoraUse& use) const;
-    // The extra bytes these LoRAs' merged weights take in each stage.
-    std::pair<double, double> lora_bytes(const std::vector<LoraUse>& loras) const;
+    // What merging these LoRAs makes in the text encoders and in the UNet (the planner's MemoryRequest).
+    std::pair<LoraFootprint, LoraFootprint> lora_bytes(const std::vector<LoraUse>& loras) const;
 
 private:
     using Slot = std::optional<torch::jit::Module>;

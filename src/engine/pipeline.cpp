@@ -187,7 +187,7 @@ MemoryRequest TorchPipeline::request(const GenerateSettings& s, int images) cons
     else
         r.winograd = options_.winograd;
     r.winograd_added_floats = winograd_added_floats();
-    std::tie(r.text_lora_bytes, r.unet_lora_bytes) = stages_->lora_bytes(s.loras);
+    std::tie(r.text_lora, r.unet_lora) = stages_->lora_bytes(s.loras);
     if (cpu && stages_->compute_type() == at::kBFloat16) {
         // sd::conv1x1's sums, kept for the whole run
         r.unet_scratch_bytes = r.vae_scratch_bytes = static_cast<double>(kernels::pointwise_bf16_scratch_bytes());

@@ -607,6 +607,7 @@ LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const st
             double bytes = 4;
             for (int64_t d : it->second->shape) bytes *= static_cast<double>(d);
             if (seen.insert(m.param).second) f.touched += bytes;
+            f.largest_param = std::max(f.largest_param, bytes);
             // A LoHa's two factors are whole-size at once (lora_merge.cpp), the other kinds' one product.
             f.largest = std::max(f.largest, bytes * (m.kind == LoraKind::loha ? 2 : 1));
         }

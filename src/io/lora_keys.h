@@ -78,6 +78,7 @@ LoraFile parse_lora(const std::string& file_bytes, const std::string& path, cons
 // computed beside its copy (largest: twice its size for a LoHa's two factors); bytes.
 struct LoraFootprint {
     double touched = 0, largest = 0;
+    double largest_param = 0;  // the largest changed parameter's fp32 bytes
     double total() const { return touched + largest; }
 };
 LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "io/lora_keys.h"
 #include "sd/memory_plan.h"
 #include "sd/model_config.h"
 
@@ -37,8 +38,8 @@ struct MemoryRequest {
     // held beside the direct weight; 16 - 9 = 7 in the own F(2x2, 3x3) (AVX2), which
     // replaces it.
     double winograd_added_floats = 36;
-    // LoRA: what merging adds while each stage loads (io/lora_keys.h LoraFootprint::total).
-    double text_lora_bytes = 0, unet_lora_bytes = 0;
+    // LoRA: what merging makes while each stage loads (io/lora_keys.h; both text encoders in text_lora).
+    LoraFootprint text_lora, unet_lora;
     bool encode = false;  // the batch runs the VAE encoder on a height x width picture
     // Scratch the UNet's and the VAE's layers keep from call to call while they are loaded:
     // bf16's Winograd convolutions (kernels/winograd_bf16.h), for the stage's largest layer (the
