@@ -949,7 +949,9 @@ int main(int argc, char** argv) {
             std::cerr << "sd-txt2img: note: " << pipeline->compute().note << std::endl;
         if (f.show_plan) {
             pipeline->check(f.job.settings);
-            std::string plan_text = pipeline->plan(f.job.settings, f.job.n_samples).describe();
+            sd::GenerateSettings settings = f.job.settings;
+            settings.loras = sd::check_job_loras(f.job);  // all the run merges, counted as if at once
+            std::string plan_text = pipeline->plan(settings, f.job.n_samples).describe();
             if (!plan_text.empty() && plan_text.back() == '\n') plan_text.pop_back();
             print_data_line(plan_text);
             return 0;

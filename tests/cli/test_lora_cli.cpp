@@ -77,6 +77,24 @@ TEST(LoraBadInput, SD2LoraOnSD1Model) {
     EXPECT_NE(r.err.find("does not fit this model"), std::string::npos) << r.err;
 }
 
+// --plan counts the LoRAs the run would merge, as the run does: it reads them (a LoRA for
+// another model is refused as the run refuses it), and a plan with one is no smaller.
+TEST(LoraBadInput, PlanReadsTheRunsLoras) {
+    const std::string dir = sdtest::temp_dir();
+    const auto path = write_lora(dir + "/wide.safetensors", "lora_unet_down_blocks_0_attentions_0_proj_in", {4, 64, 1, 1}, {64, 4, 1, 1});
+    expect_clean_failure(sdtest::run(args(dir, {"--prompt", "a cat", "--lora", path, "--plan"})), "wide.safetensors");
+    expect_clean_failure(sdtest::run(args(dir, {"--prompt", "a cat <lora:wide:1>", "--lora-dir", dir, "--plan"})), "wide.safetensors");
+    const auto peak = [&](std::vector<std::string> more) {
+        more.insert(more.end(), {"--prompt", "a cat", "--plan", "--weights", "fp16"});
+        const auto r = sdtest::run(args(dir, more));
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        const auto at = r.out.find("predicted peak: ");
+        EXPECT_NE(at, std::string::npos) << r.out;
+        return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 16));
+    };
+    EXPECT_GE(peak({"--lora", fixture_lora("lora_a.safetensors")}), peak({}));
+}
+
 TEST(LoraBadInput, MissingFileNamedInPromptTag) {
     const std::string dir = sdtest::temp_dir();
     auto r = sdtest::run(args(dir, {"--prompt", "a cat <lora:nothere:0.7>", "--lora-dir", fixture_lora("")}));
