@@ -204,28 +204,21 @@ struct KeyPart {
 };
 
 KeyPart classify(const std::string& key) {
-    static const std::vector<std::pair<std::string, std::string>> suffixes = {
-        {".lora_down.weight", "down"},
-        {".lora_up.weight", "up"},
-        {".lora_mid.weight", "mid"},
-        {".lora.down.weight", "down"},
-        {".lora.up.weight", "up"},
-        {".lora_linear_layer.down.weight", "down"},
-        {".lora_linear_layer.up.weight", "up"},
-        {".alpha", "alpha"},
-        {".hada_w1_a", "hada_w1_a"},
-        {".hada_w1_b", "hada_w1_b"},
-        {".hada_w2_a", "hada_w2_a"},
-        {".hada_w2_b", "hada_w2_b"},
-        {".hada_t1", "hada_t1"},
-        {".hada_t2", "hada_t2"},
-        {".lokr_w1", "lokr_w1"},
-        {".lokr_w1_a", "lokr_w1_a"},
-        {".lokr_w1_b", "lokr_w1_b"},
-        {".lokr_w2", "lokr_w2"},
-        {".lokr_w2_a", "lokr_w2_a"},
-        {".lokr_w2_b", "lokr_w2_b"},
-        {".lokr_t2", "lokr_t2"}};
+    static const std::vector<std::pair<std::string, std::string>> suffixes = [] {
+        std::vector<std::pair<std::string, std::string>> s = {{".lora_down.weight", "down"},
+                                                              {".lora_up.weight", "up"},
+                                                              {".lora_mid.weight", "mid"},
+                                                              {".lora.down.weight", "down"},
+                                                              {".lora.up.weight", "up"},
+                                                              {".lora_linear_layer.down.weight", "down"},
+                                                              {".lora_linear_layer.up.weight", "up"},
+                                                              {".alpha", "alpha"}};
+        // LyCORIS names its tensors by their part alone.
+        for (const char* part : {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", "hada_t2", "lokr_w1",
+                                 "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2"})
+            s.emplace_back(std::string(".") + part, part);
+        return s;
+    }();
     for (const auto& [suffix, part] : suffixes)
         if (ends_with(key, suffix)) return {key.substr(0, key.size() - suffix.size()), part};
     return {key, ""};
@@ -313,7 +306,10 @@ std::optional<LoraKind> kind_of_parts(const Parts& p, std::string& why) {
             }
         return LoraKind::lora;
     } else {
-        why = has("down") ? " (no up)" : has("up") ? " (no down)" : " (LoRA and LyCORIS parts mixed)";
+        why = has("down")  ? " (no up)"
+              : has("up")  ? " (no down)"
+              : has("mid") ? " (a mid without down and up)"
+                           : " (LoRA and LyCORIS parts mixed)";
     }
     return std::nullopt;
 }
@@ -406,8 +402,7 @@ void check_fit(LoraModule& m, const std::vector<int64_t>& w, const std::string& 
                                    ", which is not a linear or conv layer");
     for (const auto& [name, e] : m.parts) {
         if (e.shape.size() < 2)
-            throw lora_error(
-                path, "has a " + name + " tensor that is not a matrix: " + key(m.key) + " " + shape_text(e.shape));
+            throw lora_error(path, "has a tensor that is not a matrix: " + key(e.name) + " " + shape_text(e.shape));
         for (int64_t d : e.shape)
             if (d <= 0) throw lora_error(path, "has an empty LoRA module " + key(m.key));
     }
