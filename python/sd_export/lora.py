@@ -1,10 +1,11 @@
 """LoRAs baked into an export (--lora FILE[:WEIGHT]): the same files, names and rule as
 the C++ tool's run-time merge (src/io/lora_keys.cpp, src/engine/lora_merge.cpp):
 kohya / A1111 files (lora_unet_* / lora_te_*, SDXL's lora_te1_* / lora_te2_*, lora_down /
-lora_up / alpha, LoCon) and diffusers' pre-PEFT files (unet.*.lora.{down,up}.weight,
-text_encoder.*.lora_linear_layer.*, SDXL's text_encoder_2.*),
-W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape) in fp32,
-several files stacked in order. Errors are one line (ExportError)."""
+lora_up / alpha, LoCon, LyCORIS's lora_mid, LoHa and LoKr under those names) and diffusers'
+pre-PEFT files (unet.*.lora.{down,up}.weight, text_encoder.*.lora_linear_layer.*, SDXL's
+text_encoder_2.*), W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape)
+(or a LoHa's or LoKr's product, src/io/lora_keys.h) in fp32, several files stacked in order.
+Errors are one line (ExportError)."""
 
 import hashlib
 import math
@@ -14,9 +15,11 @@ import re
 from .report import ExportError
 from .safetensors_io import SafetensorsFile
 
-SUFFIXES = ((".lora_down.weight", "down"), (".lora_up.weight", "up"), (".lora.down.weight", "down"),
-            (".lora.up.weight", "up"), (".lora_linear_layer.down.weight", "down"),
-            (".lora_linear_layer.up.weight", "up"), (".alpha", "alpha"))
+LYCORIS_PARTS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", "hada_t2", "lokr_w1", "lokr_w1_a",
+                 "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2")
+SUFFIXES = ((".lora_down.weight", "down"), (".lora_up.weight", "up"), (".lora_mid.weight", "mid"),
+            (".lora.down.weight", "down"), (".lora.up.weight", "up"), (".lora_linear_layer.down.weight", "down"),
+            (".lora_linear_layer.up.weight", "up"), (".alpha", "alpha")) + tuple(("." + p, p) for p in LYCORIS_PARTS)
 RESNET_PARTS = {"in_layers.0": "norm1", "in_layers.2": "conv1", "out_layers.0": "norm2", "out_layers.3": "conv2",
                 "emb_layers.1": "time_emb_proj", "skip_connection": "conv_shortcut"}
 TOP = {"time_embed.0": "time_embedding.linear_1", "time_embed.2": "time_embedding.linear_2",
@@ -136,9 +139,12 @@ def _refuse_other_layouts(path, keys, sdxl):
             raise ExportError(f"LoRA file {path} is a LoRA for SD 1.x or 2.x ({k}); this model is SDXL")
         if k.endswith((".lora_A.weight", ".lora_B.weight")):
             raise ExportError(f"LoRA file {path} is in the PEFT format ({k}), which is not supported")
-        if ".hada_" in k or ".lokr_" in k:
-            raise ExportError(f"LoRA file {path} is a LyCORIS LoHa/LoKr file ({k}), which the export does not "
-                              "bake in; give it to sd-txt2img --lora, which applies it at load")
+        if k.endswith(".dora_scale"):
+            raise ExportError(f"LoRA file {path} is a DoRA file ({k}), which is not supported; LoRA, LoCon, LoHa "
+                              "and LoKr files are")
+        if k.endswith((".oft_blocks", ".oft_diag", ".on_input", ".w_norm", ".a1.weight", ".diff")):
+            raise ExportError(f"LoRA file {path} is a LyCORIS file of a kind this tool does not apply ({k}); LoRA, "
+                              "LoCon, LoHa and LoKr files are supported")
         if k.startswith("lora_te_") and "resblocks" in k:
             raise ExportError(f"LoRA file {path} has an open_clip text-encoder layout ({k}); a LoRA for another model?")
 
@@ -164,8 +170,96 @@ def _check_fit(path, key, stage, param, w, down, up):
                           "(a LoRA for another model or size?)")
 
 
+def _module_kind(parts):
+    """'lora', 'loha' or 'lokr' for a complete set of a module's parts (as lora_keys.cpp), else None."""
+    n = set(parts) - {"alpha"}
+    if n and all(p.startswith("hada_") for p in n):
+        return "loha" if {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"} <= n else None
+    if n and all(p.startswith("lokr_") for p in n):
+        w1 = ("lokr_w1" in n) != ({"lokr_w1_a", "lokr_w1_b"} <= n)
+        w2 = ("lokr_w2" in n) != ({"lokr_w2_a", "lokr_w2_b"} <= n)
+        stray = (("lokr_w1" in n and n & {"lokr_w1_a", "lokr_w1_b"}) or ("lokr_w2" in n and n & {"lokr_w2_a", "lokr_w2_b"})
+                 or ("lokr_t2" in n and not {"lokr_w2_a", "lokr_w2_b"} <= n)
+                 or ("lokr_w1_a" in n) != ("lokr_w1_b" in n) or ("lokr_w2_a" in n) != ("lokr_w2_b" in n))
+        return "lokr" if w1 and w2 and not stray else None
+    return "lora" if {"down", "up"} <= n <= {"down", "up", "mid"} else None
+
+
+def _prod(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _rebuilt(a, b, t):
+    """The shape a @ b.flatten(1) makes, or with t [i, j, kh, kw] the CP product of a [i, out], b [j, in]."""
+    if t is not None:
+        ok = len(t) == 4 and len(a) == 2 and len(b) == 2 and a[0] == t[0] and b[0] == t[1]
+        return (a[1], b[1], t[2], t[3]) if ok else None
+    return (a[0], _prod(b[1:])) if len(a) == 2 and len(b) >= 2 and a[1] == b[0] else None
+
+
+def _fills(r, w):
+    return r is not None and (tuple(r) == tuple(w) or (len(r) == 2 and r[0] == w[0] and r[1] == _prod(w[1:])))
+
+
+def _lycoris_fits(kind, s, w):
+    """Whether a LoCon-with-mid, LoHa or LoKr module of these part shapes makes a change of W's shape."""
+    g = s.get
+    if kind == "lora":
+        d, u, t = s["down"], s["up"], s["mid"]
+        one = all(len(x) == 2 or (len(x) == 4 and tuple(x[2:]) == (1, 1)) for x in (d, u))
+        return one and len(t) == 4 and t[0] == u[1] and t[1] == d[0] and (u[0], d[1], t[2], t[3]) == tuple(w)
+    if kind == "loha":
+        return (_fills(_rebuilt(s["hada_w1_a"], s["hada_w1_b"], g("hada_t1")), w)
+                and _fills(_rebuilt(s["hada_w2_a"], s["hada_w2_b"], g("hada_t2")), w))
+    w1 = s["lokr_w1"] if "lokr_w1" in s else _rebuilt(s["lokr_w1_a"], s["lokr_w1_b"], None)
+    w2 = s["lokr_w2"] if "lokr_w2" in s else _rebuilt(s["lokr_w2_a"], s["lokr_w2_b"], g("lokr_t2"))
+    if w1 is None or w2 is None or len(w1) != 2 or len(w2) not in (2, 4):
+        return False
+    k = (w1[0] * w2[0], w1[1] * w2[1]) + tuple(w2[2:])
+    return k == tuple(w) if len(k) == 4 else _fills(k, w)
+
+
+def _rank(kind, s):
+    """What alpha is divided by (0: none, scale 1), as A1111's network modules take it."""
+    if kind == "lora":
+        return s["down"][0]
+    if kind == "loha":
+        return s["hada_w1_b"][0]
+    return s["lokr_w2_b"][0] if "lokr_w2_b" in s else s["lokr_w1_b"][0] if "lokr_w1_b" in s else 0
+
+
+def _cp(t, a, b):
+    import torch
+    return torch.einsum("ijkl,ip,jr->prkl", t, a, b)
+
+
+def _factor(p, a, b, t):
+    return _cp(p[t], p[a], p[b]) if t in p else p[a].flatten(1) @ p[b].flatten(1)
+
+
+def delta(kind, p, shape):
+    """A module's change before its scale, reshaped to the parameter's shape (fp32 parts by name)."""
+    import torch
+    if kind == "lora":
+        d = (_cp(p["mid"], p["up"].flatten(1).t(), p["down"].flatten(1)) if "mid" in p
+             else p["up"].flatten(1) @ p["down"].flatten(1))
+    elif kind == "loha":
+        d = (_factor(p, "hada_w1_a", "hada_w1_b", "hada_t1").reshape(shape)
+             * _factor(p, "hada_w2_a", "hada_w2_b", "hada_t2").reshape(shape))
+    else:
+        w1 = p["lokr_w1"] if "lokr_w1" in p else p["lokr_w1_a"] @ p["lokr_w1_b"]
+        w2 = p["lokr_w2"] if "lokr_w2" in p else _factor(p, "lokr_w2_a", "lokr_w2_b", "lokr_t2")
+        if w2.dim() == 4:
+            w1 = w1[:, :, None, None]
+        d = torch.kron(w1, w2.contiguous())
+    return d.reshape(shape)
+
+
 def read_lora(path, table, modules):
-    """[(key, stage, parameter name, parameter, down, up, scale)] of one file, checked against the model."""
+    """[(key, stage, parameter name, parameter, kind, parts, scale)] of one file, checked against the model."""
     import torch
     if not os.path.isfile(path):
         raise ExportError(f"LoRA file {path} does not exist")
@@ -189,22 +283,36 @@ def read_lora(path, table, modules):
         out = []
         for module in sorted(parts):
             p = parts[module]
+            kind = _module_kind(p)
             unbuilt = _unbuilt_layer(module, table, modules) if module not in table else None
-            if (module not in table and unbuilt is None) or "down" not in p or "up" not in p:
+            if (module not in table and unbuilt is None) or kind is None:
                 unknown.append(module)
                 continue
             stage, name, param = unbuilt or table[module]
-            down, up = f.load(p["down"]).float(), f.load(p["up"]).float()
-            for key, t in ((p["down"], down), (p["up"], up)):
-                if not torch.isfinite(t).all():
+            shapes = {part: tuple(f.shape(k)) for part, k in p.items() if part != "alpha"}
+            for part, s in shapes.items():
+                if len(s) < 2 or 0 in s:
+                    raise ExportError(f"LoRA file {path} has a tensor that is empty or not a matrix: {p[part]!r} "
+                                      f"{list(s)}")
+            if kind == "lora" and "mid" not in p:
+                _check_fit(path, module, stage, name, tuple(param.shape), shapes["down"], shapes["up"])
+            elif not _lycoris_fits(kind, shapes, tuple(param.shape)):
+                listed = ", ".join(f"{k} {list(s)}" for k, s in sorted(shapes.items()))
+                raise ExportError(f"LoRA file {path} does not fit this model: {module} ({listed}); {stage} {name} is "
+                                  f"{list(param.shape)} (a LoRA for another model or size?)")
+            tensors = {}
+            for part, key in p.items():
+                if part == "alpha":
+                    continue
+                tensors[part] = f.load(key).float()
+                if not torch.isfinite(tensors[part]).all():
                     raise ExportError(f"LoRA file {path}: its tensor {key!r} holds NaN or infinite values")
-            _check_fit(path, module, stage, name, tuple(param.shape), tuple(down.shape), tuple(up.shape))
-            rank = down.shape[0]
+            rank = _rank(kind, shapes)
             alpha = float(f.load(p["alpha"]).float().reshape(-1)[0]) if "alpha" in p else float(rank)
             if not math.isfinite(alpha):
                 raise ExportError(f"LoRA file {path} has an alpha that is not a finite number: {module!r}")
             if unbuilt is None:  # a layer not built: checked, nothing to change
-                out.append((module, stage, name, param, down, up, alpha / rank))
+                out.append((module, stage, name, param, kind, tensors, alpha / rank if rank else 1.0))
     if unknown:
         listed = ", ".join(unknown[:3]) + (", ..." if len(unknown) > 3 else "")
         raise ExportError(f"LoRA file {path} has {len(unknown)} key{'s' if len(unknown) > 1 else ''} that match no "
@@ -231,9 +339,8 @@ def bake_loras(modules, loras):
     record = []
     with torch.no_grad():
         for path, weight in loras:
-            for _key, _stage, _name, param, down, up, scale in read_lora(path, table, modules):
-                delta = (up.flatten(1) @ down.flatten(1)).reshape(param.shape) * scale
-                param.copy_(param.float() + weight * delta)
+            for _key, _stage, _name, param, kind, tensors, scale in read_lora(path, table, modules):
+                param.copy_(param.float() + weight * (delta(kind, tensors, param.shape) * scale))
             name = re.sub(r"\.safetensors$", "", os.path.basename(path))
             record.append({"name": name, "weight": weight, "hash": short_hash(path)})
     return record

@@ -10,7 +10,7 @@ import unittest
 
 import numpy as np
 
-from sd_export.safetensors_io import SafetensorsFile, encode_header, read_tensors
+from sd_export.safetensors_io import SafetensorsFile, encode_header, read_tensors, write_safetensors
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPORT = os.path.join(REPO, "scripts", "export_model.py")
@@ -58,6 +58,78 @@ class ExportLoraTest(unittest.TestCase):
         # The must-FAIL variation: multiplier 0.1 lower.
         self.assertGreater(self.merged_error("lb_diffusers_m0.8_ddim10_64x64",
                                              [lora("lora_b_diffusers.safetensors", 0.7)]), 1e-3)
+
+    def lycoris(self, kind, name=None):
+        """lora_a rewritten as a LoHa (second factor all ones) or a LoKr (w1 = [[1]]): the same change."""
+        import torch
+        modules = {}
+        with SafetensorsFile(os.path.join(FIX, "lora", "lora_a.safetensors")) as f:
+            for k in f.keys():
+                m, _, part = k.partition(".")
+                modules.setdefault(m, {})[part] = f.load(k).float()
+        out = {}
+        for m, p in modules.items():
+            up, down = p["lora_up.weight"].flatten(1), p["lora_down.weight"].flatten(1)
+            out[m + ".alpha"] = p["alpha"]
+            if kind == "loha":
+                out.update({m + ".hada_w1_a": up, m + ".hada_w1_b": down, m + ".hada_w2_a": torch.ones(up.shape[0], 1),
+                            m + ".hada_w2_b": torch.ones(1, down.shape[1])})
+            else:
+                out.update({m + ".lokr_w1": torch.ones(1, 1), m + ".lokr_w2_a": up, m + ".lokr_w2_b": down})
+        path = os.path.join(self.tmp.name, name or f"lora_a_{kind}.safetensors")
+        write_safetensors(path, sorted(out.items()))
+        return path
+
+    def test_baked_lycoris_match_diffusers(self):
+        """LyCORIS LoHa and LoKr files bake as the run-time --lora merges them (tests/conformance/test_lora.cpp)."""
+        for kind in ("loha", "lokr"):
+            self.assertLessEqual(self.merged_error("la_m1.0_ddim10_64x64", [self.lycoris(kind) + ":1.0"]), 1e-5)
+        import torch
+        bad = os.path.join(self.tmp.name, "kron.safetensors")  # kron [32, 16] on a [32, 32] layer
+        m = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
+        write_safetensors(bad, [(m + ".lokr_w1", torch.ones(4, 4)), (m + ".lokr_w2", torch.ones(8, 4))])
+        self.bad(bad, ["kron.safetensors", "does not fit this model", "lokr_w2 [8, 4]"])
+        half = os.path.join(self.tmp.name, "half.safetensors")  # a LoHa without its second factor
+        write_safetensors(half, [(m + ".hada_w1_a", torch.ones(32, 2)), (m + ".hada_w1_b", torch.ones(2, 32))])
+        self.bad(half, ["half.safetensors", "match no layer"])
+
+    def test_lycoris_products_follow_their_formulas(self):
+        """Each kind's product (sd_export.lora.delta) against its formula written another way: the CP
+        product as a sum over the core's entries, the Kronecker product block by block."""
+        import torch
+        from sd_export.lora import delta
+        g = torch.Generator().manual_seed(7)
+        r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+
+        def cp(t, a, b):  # sum over i, j of t[i, j] (a kh x kw map) times the outer product a[i] x b[j]
+            out = np.zeros((a.shape[1], b.shape[1]) + tuple(t.shape[2:]))
+            for i in range(t.shape[0]):
+                for j in range(t.shape[1]):
+                    out += np.einsum("p,r,kl->prkl", a[i].numpy(), b[j].numpy(), t[i, j].numpy())
+            return out
+
+        def kron(w1, w2):
+            c, d = w2.shape[:2]
+            out = np.zeros((w1.shape[0] * c, w1.shape[1] * d) + tuple(w2.shape[2:]))
+            for i in range(w1.shape[0]):
+                for j in range(w1.shape[1]):
+                    out[i * c:(i + 1) * c, j * d:(j + 1) * d] = float(w1[i, j]) * np.asarray(w2)
+            return out
+
+        p = {"hada_t1": r(3, 4, 3, 3), "hada_w1_a": r(3, 32), "hada_w1_b": r(4, 32), "hada_w2_a": r(32, 2),
+             "hada_w2_b": r(2, 288)}
+        want = cp(p["hada_t1"], p["hada_w1_a"], p["hada_w1_b"]) * (p["hada_w2_a"] @ p["hada_w2_b"]).numpy().reshape(
+            32, 32, 3, 3)
+        cases = [("loha", p, want)]
+        p = {"lokr_w1_a": r(4, 2), "lokr_w1_b": r(2, 8), "lokr_w2": r(8, 4, 3, 3)}
+        cases.append(("lokr", p, kron((p["lokr_w1_a"] @ p["lokr_w1_b"]).numpy(), p["lokr_w2"].numpy())))
+        p = {"lokr_w1": r(8, 8), "lokr_t2": r(2, 3, 3, 3), "lokr_w2_a": r(2, 4), "lokr_w2_b": r(3, 4)}
+        cases.append(("lokr", p, kron(p["lokr_w1"].numpy(), cp(p["lokr_t2"], p["lokr_w2_a"], p["lokr_w2_b"]))))
+        p = {"down": r(5, 32, 1, 1), "mid": r(6, 5, 3, 3), "up": r(32, 6, 1, 1)}
+        cases.append(("lora", p, cp(p["mid"], p["up"].flatten(1).t(), p["down"].flatten(1))))
+        for kind, parts, expected in cases:
+            got = delta(kind, parts, (32, 32, 3, 3)).numpy()
+            self.assertLess(float(np.max(np.abs(got - expected))), 1e-9 * float(np.max(np.abs(expected))), kind)
 
     def bad(self, lora, words):
         r = export(tempfile.mkdtemp(dir=self.tmp.name), lora)
