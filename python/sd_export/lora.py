@@ -178,7 +178,8 @@ def _module_kind(parts):
     if n and all(p.startswith("lokr_") for p in n):
         w1 = ("lokr_w1" in n) != ({"lokr_w1_a", "lokr_w1_b"} <= n)
         w2 = ("lokr_w2" in n) != ({"lokr_w2_a", "lokr_w2_b"} <= n)
-        stray = (("lokr_w1" in n and n & {"lokr_w1_a", "lokr_w1_b"}) or ("lokr_w2" in n and n & {"lokr_w2_a", "lokr_w2_b"})
+        stray = (("lokr_w1" in n and n & {"lokr_w1_a", "lokr_w1_b"})
+                 or ("lokr_w2" in n and n & {"lokr_w2_a", "lokr_w2_b"})
                  or ("lokr_t2" in n and not {"lokr_w2_a", "lokr_w2_b"} <= n)
                  or ("lokr_w1_a" in n) != ("lokr_w1_b" in n) or ("lokr_w2_a" in n) != ("lokr_w2_b" in n))
         return "lokr" if w1 and w2 and not stray else None
