@@ -160,12 +160,14 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
                                    : path == config_.text_encoder_2_path ? "text_encoder_2"
                                                                          : "";
     StageEdit edit = nullptr;
+    const bool keep_8bit = q8_unet_ && path == config_.unet_path;
     if (!lora_stage.empty() && !merged_loras_.empty()) {
         std::vector<LoraMerge> merges;
         for (const auto& use : merged_loras_) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
-        edit = [lora_stage, merges](torch::jit::Module& m) { merge_loras(m, lora_stage, merges); };
+        // 8-bit layers are narrowed from the merged fp32 weights (below); the other types at once.
+        const at::ScalarType held = keep_8bit || config_.dtype == "q8_0" ? at::kFloat : weight_type(path);
+        edit = [lora_stage, merges, held](torch::jit::Module& m) { merge_loras(m, lora_stage, merges, held); };
     }
-    const bool keep_8bit = q8_unet_ && path == config_.unet_path;
     if (keep_8bit || config_.dtype == "q8_0") {
         // A q8_0 export's 8-bit layers run as they are mapped, unless a LoRA is merged into them or
         // another type is held: then they are expanded to fp32 first (and narrowed again for q8).

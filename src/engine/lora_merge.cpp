@@ -77,7 +77,8 @@ at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArr
     return d.mul_(module.scale()).reshape(shape);
 }
 
-void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras) {
+void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras,
+                 at::ScalarType held) {
     std::map<std::string, std::vector<Change>> changes;  // parameter -> its changes, in order
     for (const auto& l : loras) {
         const double weight = stage == "unet" ? l.unet_weight : l.text_weight;
@@ -95,7 +96,7 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
         for (const auto& c : it->second)
             if (c.weight != 0) w.add_(lora_delta(*c.file, *c.module, w.sizes()), c.weight);
         at::Tensor target = p.value;
-        target.set_data(w);  // the mapped original's last reference goes: its pages are released
+        target.set_data(held == at::kFloat ? w : w.to(held));  // the mapped original's pages are released
         ++applied;
     }
     if (applied != changes.size())

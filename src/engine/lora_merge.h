@@ -20,10 +20,13 @@ struct LoraMerge {
 
 // Replaces every parameter of m that the LoRAs change for `stage` ("unet",
 // "text_encoder" or SDXL's "text_encoder_2"; the text encoders take text_weight)
-// by a new fp32 tensor holding the merged weight; the old data
+// by a new tensor holding the merged weight, merged in fp32 and converted at once to
+// `held`, the type the stage will hold (the same values the stage's own conversion
+// would give later, without every merged weight waiting in fp32); the old data
 // (mapped from the weight file) is let go, so its pages are released. The other
 // parameters are left as they are. Throws sd::Error when a LoRA file cannot be read.
-void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras);
+void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras,
+                 at::ScalarType held = at::kFloat);
 
 // The fp32 change one module of `file` makes to its target of this shape, before the
 // multiplier: scale() times the product its kind says (lora_keys.h: LoRA's

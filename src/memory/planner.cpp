@@ -327,16 +327,16 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
         s.load = narrowing ? s.weights + std::min(file, m.unet_largest_conv_bytes) : std::max(file, s.weights);
     };
 
-    // LoRA merging: each changed parameter becomes a new fp32 tensor with its change
-    // computed beside it, and its mapped original is let go, so a copy takes the place of
-    // the value the stage holds (`held` bytes: 4 for fp32, 2 for fp16 or bf16) and adds the
-    // rest until the stage is narrowed, in whatever order that goes; the largest copy and
-    // change add while they are made. Held 0 (8-bit layers) counts every copy whole.
-    const auto lora_load = [](const LoraFootprint& f, double held) {
-        return f.touched * (1 - held / 4) + f.largest_param + f.largest;
+    // LoRA merging (lora_merge.h): each changed parameter is copied to fp32, its change
+    // computed beside it, and the result converted at once to the type the stage holds,
+    // taking its mapped original's place; so only the largest parameter's copy, change and
+    // converted result add to the load. For 8-bit layers the fp32 copies wait until the
+    // stage is narrowed: all of them add.
+    const auto lora_load = [](const LoraFootprint& f, bool eight_bit, bool fp32) {
+        return eight_bit ? f.total() : f.largest_param * (fp32 ? 1.0 : 1.5) + f.largest;
     };
     weights(p.text, m.text_weights, r.half_text);
-    p.text.load += lora_load(r.text_lora, r.half_text ? 2 : 4);
+    p.text.load += lora_load(r.text_lora, false, !r.half_text);
     p.text.activations = 2.0 * r.images * m.text_ctx * m.text_width * 4.0 * kTextActivationFloatsPerToken;
     p.text.scores = 2.0 * r.images * m.text_heads * m.text_ctx * m.text_ctx * 4.0;
     p.text.beside_scores = p.text.activations;
@@ -353,7 +353,7 @@ MemoryPlan predict(const MemoryModel& m, const MemoryRequest& r, double base, co
         p.unet.weights = m.unet_weights / kQ8BytesPerValue * (r.half_weights ? 2.0 : 4.0);
         p.unet.load = p.unet.weights + std::min(p.unet.weights, m.unet_largest_conv_bytes);
     }
-    p.unet.load += lora_load(r.unet_lora, r.q8_weights || m.q8_file ? 0 : r.half_weights ? 2 : 4);
+    p.unet.load += lora_load(r.unet_lora, r.q8_weights || m.q8_file, !r.half_weights);
     p.unet.weights += r.unet_scratch_bytes;
     const double hw = h * w;
     // fp16 weights add the fp32 copy of the layer that runs; 8-bit ones the int8 values
