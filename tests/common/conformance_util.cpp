@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <map>
 
 #include "engine/guidance.h"
 #include "io/npy.h"
+#include "io/weight_file.h"
 #include "reference_case.h"
 #include "test_util.h"
 
@@ -37,6 +40,49 @@ at::Tensor ReplayedUnet::operator()(const at::Tensor& x, const at::Tensor& t) {
 
 std::vector<float> model_alphas_cumprod(const std::string& model_dir) {
     return read_json(model_dir + "/model.json").at("alphas_cumprod").get<std::vector<float>>();
+}
+
+void write_f32_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+    nlohmann::json h = nlohmann::json::object();
+    std::string data;
+    for (const auto& [name, t] : tensors) {
+        const at::Tensor c = t.to(at::kFloat).contiguous();
+        const size_t bytes = static_cast<size_t>(c.numel()) * 4;
+        h[name] = {{"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {data.size(), data.size() + bytes}}};
+        data.append(static_cast<const char*>(c.data_ptr()), bytes);
+    }
+    std::string text = h.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    std::ofstream(path, std::ios::binary) << len << text << data;
+}
+
+std::string lora_as_lycoris(const std::string& lora_path, const std::string& kind, const std::string& out_path) {
+    std::ifstream f(lora_path, std::ios::binary);
+    std::map<std::string, std::map<std::string, at::Tensor>> modules;  // module -> part -> fp32
+    for (const auto& w : sd::read_weight_index(lora_path, sd::WeightUse::AnyDtype)) {
+        at::Tensor t = at::empty(w.shape, w.dtype == "F16" ? at::kHalf : at::kFloat);
+        EXPECT_TRUE(w.dtype == "F16" || w.dtype == "F32") << w.name;
+        f.seekg(static_cast<std::streamoff>(w.begin));
+        f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(w.end - w.begin));
+        const size_t dot = w.name.find('.');
+        modules[w.name.substr(0, dot)][w.name.substr(dot + 1)] = t.to(at::kFloat);
+    }
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (auto& [key, p] : modules) {
+        const at::Tensor up = p.at("lora_up.weight").flatten(1), down = p.at("lora_down.weight").flatten(1);
+        if (p.count("alpha")) out.emplace_back(key + ".alpha", p.at("alpha"));
+        if (kind == "loha")
+            out.insert(out.end(), {{key + ".hada_w1_a", up},
+                                   {key + ".hada_w1_b", down},
+                                   {key + ".hada_w2_a", at::ones({up.size(0), 1})},
+                                   {key + ".hada_w2_b", at::ones({1, down.size(1)})}});
+        else
+            out.insert(out.end(), {{key + ".lokr_w1", at::ones({1, 1})}, {key + ".lokr_w2_a", up}, {key + ".lokr_w2_b", down}});
+    }
+    write_f32_safetensors(out_path, out);
+    return out_path;
 }
 
 }  // namespace sdtest

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/script.h>
 
 #include "conformance_util.h"
@@ -224,60 +223,9 @@ TEST(LoraExport, BakedStackedCase) {
 // against its formula written out as loops.
 namespace {
 
-// A .safetensors file of F32 tensors (alpha: a 0-d tensor).
-void write_f32_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-    nlohmann::json h = nlohmann::json::object();
-    std::string data;
-    for (const auto& [name, t] : tensors) {
-        const at::Tensor c = t.to(at::kFloat).contiguous();
-        h[name] = {{"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {data.size(), data.size() + c.numel() * 4}}};
-        data.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * 4);
-    }
-    std::string text = h.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    std::string out(8, '\0');
-    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
-    std::ofstream(path, std::ios::binary) << out << text << data;
-}
-
-// lora_a's modules as (down, up, alpha) in fp32.
-struct LoraParts {
-    at::Tensor down, up, alpha;
-};
-std::map<std::string, LoraParts> lora_a_modules() {
-    const std::string path = lora_dir() + "/lora_a.safetensors";
-    std::ifstream f(path, std::ios::binary);
-    std::map<std::string, LoraParts> out;
-    for (const auto& w : sd::read_weight_index(path, sd::WeightUse::AnyDtype)) {
-        EXPECT_EQ(w.dtype, "F16") << w.name;
-        at::Tensor t = at::empty(w.shape, at::kHalf);
-        f.seekg(static_cast<std::streamoff>(w.begin));
-        f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(w.end - w.begin));
-        const size_t dot = w.name.find('.');
-        const std::string part = w.name.substr(dot + 1);
-        auto& m = out[w.name.substr(0, dot)];
-        (part == "alpha" ? m.alpha : part == "lora_down.weight" ? m.down : m.up) = t.to(at::kFloat);
-    }
-    return out;
-}
-
 std::string rewritten_lora_a(const std::string& kind) {
-    std::vector<std::pair<std::string, at::Tensor>> t;
-    for (const auto& [key, m] : lora_a_modules()) {
-        const at::Tensor up = m.up.flatten(1), down = m.down.flatten(1);
-        t.emplace_back(key + ".alpha", m.alpha);
-        if (kind == "loha") {
-            t.insert(t.end(), {{key + ".hada_w1_a", up},
-                               {key + ".hada_w1_b", down},
-                               {key + ".hada_w2_a", at::ones({up.size(0), 1})},
-                               {key + ".hada_w2_b", at::ones({1, down.size(1)})}});
-        } else {
-            t.insert(t.end(), {{key + ".lokr_w1", at::ones({1, 1})}, {key + ".lokr_w2_a", up}, {key + ".lokr_w2_b", down}});
-        }
-    }
-    const std::string path = sdtest::temp_dir() + "/lora_a_" + kind + ".safetensors";
-    write_f32_safetensors(path, t);
-    return path;
+    return sdtest::lora_as_lycoris(lora_dir() + "/lora_a.safetensors", kind,
+                                   sdtest::temp_dir() + "/lora_a_" + kind + ".safetensors");
 }
 
 }  // namespace
@@ -315,14 +263,14 @@ TEST(LycorisMerge, DeltasFollowTheirFormulas) {
     const at::Tensor down = r({5, 32, 1, 1}), mid = r({6, 5, 3, 3}), up = r({32, 6, 1, 1});
     const at::Tensor alpha = at::full({}, 3.0, at::kDouble);
     const std::string dir = sdtest::temp_dir();
-    write_f32_safetensors(dir + "/loha.safetensors", {{c + ".alpha", alpha}, {c + ".hada_t1", t1}, {c + ".hada_w1_a", a1},
+    sdtest::write_f32_safetensors(dir + "/loha.safetensors", {{c + ".alpha", alpha}, {c + ".hada_t1", t1}, {c + ".hada_w1_a", a1},
                                                       {c + ".hada_w1_b", b1}, {c + ".hada_t2", t2}, {c + ".hada_w2_a", a2},
                                                       {c + ".hada_w2_b", b2}});
-    write_f32_safetensors(dir + "/lokr.safetensors",
+    sdtest::write_f32_safetensors(dir + "/lokr.safetensors",
                           {{c + ".alpha", alpha}, {c + ".lokr_w1_a", k1a}, {c + ".lokr_w1_b", k1b}, {c + ".lokr_w2", k2}});
-    write_f32_safetensors(dir + "/lokr_cp.safetensors", {{c + ".alpha", alpha}, {c + ".lokr_w1", kw1}, {c + ".lokr_t2", kt},
+    sdtest::write_f32_safetensors(dir + "/lokr_cp.safetensors", {{c + ".alpha", alpha}, {c + ".lokr_w1", kw1}, {c + ".lokr_t2", kt},
                                                          {c + ".lokr_w2_a", ka}, {c + ".lokr_w2_b", kb}});
-    write_f32_safetensors(dir + "/mid.safetensors", {{c + ".alpha", alpha}, {c + ".lora_down.weight", down},
+    sdtest::write_f32_safetensors(dir + "/mid.safetensors", {{c + ".alpha", alpha}, {c + ".lora_down.weight", down},
                                                      {c + ".lora_mid.weight", mid}, {c + ".lora_up.weight", up}});
     // The inputs as the file holds them (fp32), in double for the loops.
     const auto f = [](const at::Tensor& x) { return x.to(at::kFloat).to(at::kDouble); };

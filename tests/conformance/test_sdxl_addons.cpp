@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "conformance_util.h"
 #include "engine/embeddings.h"
@@ -289,6 +290,41 @@ TEST(SdxlLoraKeys, EveryModuleOfTheFixturesMaps) {
         ADD_FAILURE() << "no error";
     } catch (const sd::Error& e) {
         EXPECT_NE(std::string(e.what()).find("lora_a.safetensors"), std::string::npos) << e.what();
+    }
+}
+
+// xl_lora_a written again as a LyCORIS LoHa and LoKr (the same change, conformance_util.h)
+// merges into the UNet and both text encoders exactly as xl_lora_a does: the LyCORIS kinds
+// go through SDXL's key mapping, both text encoders and the layers the export leaves out.
+TEST(SdxlLycoris, LohaAndLokrOfXlLoraAMergeAsItDoes) {
+    c10::InferenceMode guard;
+    sd::LoraTargets t;
+    const std::string m = model("st");
+    t.unet = sd::read_weight_index(m + "/unet.weights");
+    t.text_encoder = sd::read_weight_index(m + "/text_encoder.weights");
+    t.text_encoder_2 = sd::read_weight_index(m + "/text_encoder_2.weights");
+    const std::string lora = lora_dir() + "/xl_lora_a.safetensors";
+    const auto merged = [&](const std::string& file, const std::string& stage) {
+        std::vector<sd::LoraMerge> merges;
+        if (!file.empty()) merges.push_back({sd::read_lora(file, t), 0.7, 0.7});
+        std::map<std::string, at::Tensor> out;
+        auto s = sd::load_stage(m + "/" + stage + ".pt", at::kFloat, c10::kCPU, nullptr,
+                                [&](torch::jit::Module& x) { sd::merge_loras(x, stage, merges); });
+        for (const auto& p : s.named_parameters(true)) out[p.name] = p.value;
+        return out;
+    };
+    for (const std::string kind : {"loha", "lokr"}) {
+        const std::string file = sdtest::lora_as_lycoris(lora, kind, sdtest::temp_dir() + "/xl_" + kind + ".safetensors");
+        EXPECT_EQ(sd::read_lora(file, t).modules.size(), sd::read_lora(lora, t).modules.size()) << kind;
+        for (const std::string stage : {"unet", "text_encoder", "text_encoder_2"}) {
+            const auto want = merged(lora, stage), got = merged(file, stage), plain = merged("", stage);
+            size_t changed = 0;
+            for (const auto& [name, w] : want) {
+                EXPECT_TRUE(at::equal(got.at(name), w)) << kind << " " << stage << " " << name;
+                changed += !at::equal(plain.at(name), w);
+            }
+            EXPECT_GT(changed, 0u) << kind << " " << stage;  // the file changes the stage at all
+        }
     }
 }
 
