@@ -15,8 +15,8 @@ struct LoraTag {
     double text_weight = 1, unet_weight = 1;
 };
 
-// The tags of a prompt, in order. Throws sd::Error naming `where` and the tag
-// when a weight is not a number or the name is empty.
+// The tags of a prompt, in order (<lyco:...> is read as <lora:...>, as A1111 does). Throws sd::Error naming `where` and
+// the tag when a weight is not a number or the name is empty.
 std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string& where);
 
 // The prompt with its LoRA tags removed: what the text encoder sees.

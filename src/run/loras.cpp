@@ -1,5 +1,6 @@
 #include "sd/loras.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -15,13 +16,12 @@ namespace sd {
 
 namespace {
 
-constexpr const char* kOpen = "<lora:";
-
-// Calls f(begin, end) for every "<lora:...>" (A1111: a tag is "<" word ":" anything but ">" ">").
+// Calls f(begin, end) for every "<lora:...>" (A1111: a tag is "<" word ":" anything but ">" ">"),
+// and "<lyco:...>", which A1111 reads as the same tag (the old LyCORIS extension's name for it).
 template <class F>
 void each_tag(const std::string& prompt, F f) {
     size_t at = 0;
-    while ((at = prompt.find(kOpen, at)) != std::string::npos) {
+    while ((at = std::min(prompt.find("<lora:", at), prompt.find("<lyco:", at))) != std::string::npos) {
         const size_t end = prompt.find('>', at);
         if (end == std::string::npos) return;
         f(at, end + 1);
@@ -84,7 +84,7 @@ std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string
     std::vector<LoraTag> tags;
     each_tag(prompt, [&](size_t b, size_t e) {
         const std::string tag = prompt.substr(b, e - b);
-        const auto parts = split_colons(tag.substr(6, tag.size() - 7));
+        const auto parts = split_colons(tag.substr(6, tag.size() - 7));  // after "<lora:" or "<lyco:"
         LoraTag t;
         t.name = trim(parts[0]);
         if (t.name.empty() || t.name.find('/') != std::string::npos)

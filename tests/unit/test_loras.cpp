@@ -24,6 +24,18 @@ TEST(LoraTags, FoundInOrderWithTheirWeights) {
     EXPECT_TRUE(sd::find_lora_tags("no tags <hypernet:x:1> (a:1.2) <lora:unclosed", "p").empty());
 }
 
+// A1111 registers "lyco" as another name of its LoRA network: <lyco:NAME:W> is a LoRA tag.
+TEST(LoraTags, LycoTagsAreLoraTags) {
+    const auto tags = sd::find_lora_tags("<lyco:one:0.5> a cat <lora:two> <lyco:three:0.2:0.4>", "p");
+    ASSERT_EQ(tags.size(), 3u);
+    EXPECT_EQ(tags[0].name, "one");
+    EXPECT_EQ(tags[0].unet_weight, 0.5);
+    EXPECT_EQ(tags[1].name, "two");
+    EXPECT_EQ(tags[2].name, "three");
+    EXPECT_EQ(tags[2].unet_weight, 0.4);
+    EXPECT_EQ(sd::strip_lora_tags("a <lyco:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
+}
+
 TEST(LoraTags, StrippedFromTheTextTheEncoderSees) {
     EXPECT_EQ(sd::strip_lora_tags("a <lora:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
     EXPECT_EQ(sd::strip_lora_tags("<hypernet:z:1> <lora:open"), "<hypernet:z:1> <lora:open");
