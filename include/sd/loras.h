@@ -29,9 +29,10 @@ std::string lora_tag_text(const std::string& name, double text_weight, double un
 // anything else belongs to the path. Throws sd::Error for an empty path.
 LoraUse parse_lora_flag(const std::string& text);
 
-// A prompt's LoRAs: its tags, found as NAME.safetensors in lora_dir, then the
-// --lora files (the order of the PNG text, so --from-png merges alike). Throws
-// sd::Error naming `where` for a tag without a lora_dir.
+// A prompt's LoRAs: its tags, found as NAME.safetensors in lora_dir (or, as A1111
+// finds them, as the one NAME.safetensors in its subfolders), then the --lora files
+// (the order of the PNG text, so --from-png merges alike). Throws sd::Error naming
+// `where` for a tag without a lora_dir, and for a name that two files below it share.
 std::vector<LoraUse> prompt_loras(const std::string& prompt, const std::string& where, const std::string& lora_dir,
                                   const std::vector<LoraUse>& flag_loras);
 

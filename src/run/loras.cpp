@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -76,6 +78,42 @@ double weight_of(const std::string& text, const std::string& tag, const std::str
         throw Error(where + ": " + printable(tag) + ": the LoRA weight '" + printable(t) + "' " + why +
                     " (a number such as 0.8)");
     return v;
+}
+
+// The .safetensors files below `dir` by name (without the extension), every subfolder
+// walked once a run (symbolic links to folders are not followed: no loops).
+const std::map<std::string, std::vector<std::string>>& lora_files_below(const std::string& dir) {
+    static std::map<std::string, std::map<std::string, std::vector<std::string>>> walked;
+    if (auto it = walked.find(dir); it != walked.end()) return it->second;
+    auto& by_name = walked[dir];
+    std::error_code ec;
+    namespace fs = std::filesystem;
+    fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+        const fs::path& p = it->path();
+        if (p.extension() == ".safetensors" && it->is_regular_file(ec))
+            by_name[p.stem().string()].push_back(p.string());
+    }
+    for (auto& [name, paths] : by_name) std::sort(paths.begin(), paths.end());
+    return by_name;
+}
+
+// A tag's file: DIR/NAME.safetensors, else the one NAME.safetensors in DIR's subfolders
+// (A1111 finds a LoRA by its name anywhere below its LoRA folder); the first path when
+// there is none, for the caller's "does not exist".
+std::string tag_file(const std::string& dir, const std::string& name, const std::string& where) {
+    const std::string direct = (dir.back() == '/' ? dir : dir + "/") + name + ".safetensors";
+    std::error_code ec;
+    if (std::filesystem::exists(direct, ec)) return direct;
+    const auto& below = lora_files_below(dir);
+    const auto it = below.find(name);
+    if (it == below.end()) return direct;
+    if (it->second.size() > 1)
+        throw Error(where + ": <lora:" + printable(name) + "> matches " + std::to_string(it->second.size()) +
+                    " files below " + printable(dir) + " (" + printable(it->second[0]) + ", " +
+                    printable(it->second[1]) + (it->second.size() > 2 ? ", ..." : "") +
+                    "); keep one, or give it with --lora");
+    return it->second[0];
 }
 
 }  // namespace
@@ -167,7 +205,7 @@ std::vector<LoraUse> prompt_loras(const std::string& prompt, const std::string& 
             throw Error(where + ": <lora:" + tag.name + "> needs --lora-dir, the folder that holds " + tag.name +
                         ".safetensors");
         LoraUse use;
-        use.path = (lora_dir.back() == '/' ? lora_dir : lora_dir + "/") + tag.name + ".safetensors";
+        use.path = tag_file(lora_dir, tag.name, where);
         use.name = tag.name;
         use.text_weight = tag.text_weight;
         use.unet_weight = tag.unet_weight;

@@ -3,10 +3,13 @@
 // mix sets, and the PNG text (run/batch_plan.h).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "run/batch_plan.h"
 #include "sd/error.h"
 #include "sd/from_png.h"
 #include "sd/loras.h"
+#include "test_util.h"
 
 TEST(LoraTags, FoundInOrderWithTheirWeights) {
     const auto tags = sd::find_lora_tags("a <lora:one> cat <lora: two :0.5>, <lora:three:0.3:0.9> <lora:four:unet=0.2:te=0.1>", "p");
@@ -39,6 +42,32 @@ TEST(LoraTags, LycoTagsAreLoraTags) {
 TEST(LoraTags, StrippedFromTheTextTheEncoderSees) {
     EXPECT_EQ(sd::strip_lora_tags("a <lora:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
     EXPECT_EQ(sd::strip_lora_tags("<hypernet:z:1> <lora:open"), "<hypernet:z:1> <lora:open");
+}
+
+// A tag finds NAME.safetensors in --lora-dir, else in its subfolders, as A1111 does; a name
+// two files below it share is refused naming both, and one in the folder itself wins.
+TEST(LoraTags, FoundInSubfoldersOfTheLoraDir) {
+    const std::string dir = sdtest::temp_dir();
+    std::filesystem::create_directories(dir + "/style/old");
+    std::filesystem::create_directories(dir + "/chars");
+    for (const char* f : {"/style/ink.safetensors", "/style/old/twin.safetensors", "/chars/twin.safetensors",
+                          "/top.safetensors", "/chars/top.safetensors", "/chars/note.txt"})
+        sdtest::write_text(dir + f, "x");
+    const auto path_of = [&](const std::string& tag) { return sd::prompt_loras("a " + tag, "p", dir, {}).at(0).path; };
+    EXPECT_EQ(path_of("<lora:ink:0.5>"), dir + "/style/ink.safetensors");
+    EXPECT_EQ(path_of("<lyco:ink>"), dir + "/style/ink.safetensors");
+    EXPECT_EQ(path_of("<lora:top>"), dir + "/top.safetensors");
+    EXPECT_EQ(path_of("<lora:none>"), dir + "/none.safetensors");  // left for "does not exist"
+    EXPECT_EQ(path_of("<lora:note>"), dir + "/note.safetensors");
+    try {
+        sd::prompt_loras("<lora:twin>", "f.txt:2", dir, {});
+        ADD_FAILURE() << "two files named twin";
+    } catch (const sd::Error& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(m.rfind("f.txt:2: <lora:twin> matches 2 files below ", 0), 0u) << m;
+        EXPECT_NE(m.find("chars/twin.safetensors"), std::string::npos) << m;
+        EXPECT_NE(m.find("style/old/twin.safetensors"), std::string::npos) << m;
+    }
 }
 
 TEST(LoraTags, BadTagsAreOneLineNamingThePrompt) {
