@@ -513,6 +513,14 @@ void settle_job(const CLI::App& app, Flags& f) {
     sd::check_job(job);
 }
 
+// The settings a printed plan is made for: the job's, with every LoRA the run merges
+// (--lora and the prompts' tags) counted as if merged at once.
+sd::GenerateSettings planned_settings(const sd::Txt2ImgJob& job) {
+    sd::GenerateSettings s = job.settings;
+    s.loras = sd::check_job_loras(job);
+    return s;
+}
+
 sd::PipelineOptions pipeline_options(const CLI::App& app, const Flags& f) {
     sd::PipelineOptions o;
     o.model_dir = f.model_dir;
@@ -887,7 +895,7 @@ int generate(sd::Pipeline& pipeline, const Flags& f, const sd::Txt2ImgJob& job, 
         stream ? sd::run_txt2img_stream(pipeline, job, *stream, events) : sd::run_txt2img(pipeline, job, events);
     progress.clear();
     if (f.verbose)
-        std::cerr << sd::measurement_report(pipeline.plan(job.settings, job.n_samples), pipeline.measured(),
+        std::cerr << sd::measurement_report(pipeline.plan(planned_settings(job), job.n_samples), pipeline.measured(),
                                             pipeline.timings(), pipeline.compute().device != "cpu");
     if (!result.interrupted) return 0;
     std::cerr << "sd-txt2img: interrupted: " << written << " of " << result.planned << " images written"
@@ -950,9 +958,7 @@ int main(int argc, char** argv) {
             std::cerr << "sd-txt2img: note: " << pipeline->compute().note << std::endl;
         if (f.show_plan) {
             pipeline->check(f.job.settings);
-            sd::GenerateSettings settings = f.job.settings;
-            settings.loras = sd::check_job_loras(f.job);  // all the run merges, counted as if at once
-            std::string plan_text = pipeline->plan(settings, f.job.n_samples).describe();
+            std::string plan_text = pipeline->plan(planned_settings(f.job), f.job.n_samples).describe();
             if (!plan_text.empty() && plan_text.back() == '\n') plan_text.pop_back();
             print_data_line(plan_text);
             return 0;
