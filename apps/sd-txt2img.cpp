@@ -423,9 +423,10 @@ void read_prompts(const CLI::App& app, Flags& f) {
 // files with SD 1.x's window (ModelConfig's defaults).
 void print_token_ids(const CLI::App& app, const Flags& f) {
     std::vector<std::string> texts;
-    // Only the A1111 syntax reads <lora:...> tags; plain hands the whole text to the tokenizer.
+    // Only the A1111 syntax reads <lora:...> (and other extra-network) tags; plain hands the whole text to the
+    // tokenizer.
     for (const auto& p : f.job.prompts)
-        texts.push_back(f.job.settings.prompt_weights ? sd::strip_lora_tags(p.prompt) : p.prompt);
+        texts.push_back(f.job.settings.prompt_weights ? sd::strip_network_tags(p.prompt) : p.prompt);
     sd::ModelConfig cfg;
     if (app.count("--model")) {
         cfg = sd::load_model_config(f.model_dir);  // resolved (resolve_model_flag)

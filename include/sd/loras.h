@@ -19,8 +19,14 @@ struct LoraTag {
 // the tag when a weight is not a number or the name is empty.
 std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string& where);
 
-// The prompt with its LoRA tags removed: what the text encoder sees.
-std::string strip_lora_tags(const std::string& prompt);
+// The prompt with its A1111 extra-network tags removed, <lora:...> and any other
+// <type:...> (A1111 removes them all, whether it knows the type or not): what the text
+// encoder sees.
+std::string strip_network_tags(const std::string& prompt);
+
+// The prompt's extra-network tags that are not LoRA tags (<hypernet:x:1>, ...): removed
+// from the text as A1111 removes them, but not applied here; the run warns about them.
+std::vector<std::string> unapplied_network_tags(const std::string& prompt);
 
 // "<lora:NAME:W>" (or "<lora:NAME:TE:UNET>" when the two weights differ), as A1111 writes it.
 std::string lora_tag_text(const std::string& name, double text_weight, double unet_weight);

@@ -18,17 +18,41 @@ namespace sd {
 
 namespace {
 
-// Calls f(begin, end) for every "<lora:...>" (A1111: a tag is "<" word ":" anything but ">" ">"),
-// and "<lyco:...>", which A1111 reads as the same tag (the old LyCORIS extension's name for it).
+// A1111's \w in a tag's type: ASCII letters, digits and '_', and (roughly) any non-ASCII letter.
+bool is_word_byte(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return std::isalnum(u) || u == '_' || u >= 0x80;
+}
+
+// Calls f(begin, end, type) for every extra-network tag as A1111's prompt parser finds them
+// (modules/extra_networks.py: "<" type ":" args ">", type one or more word characters, args
+// one or more characters other than '>'), left to right.
 template <class F>
-void each_tag(const std::string& prompt, F f) {
+void each_network_tag(const std::string& prompt, F f) {
     size_t at = 0;
-    while ((at = std::min(prompt.find("<lora:", at), prompt.find("<lyco:", at))) != std::string::npos) {
-        const size_t end = prompt.find('>', at);
-        if (end == std::string::npos) return;
-        f(at, end + 1);
+    while ((at = prompt.find('<', at)) != std::string::npos) {
+        size_t colon = at + 1;
+        while (colon < prompt.size() && is_word_byte(prompt[colon])) ++colon;
+        const size_t end = colon < prompt.size() && prompt[colon] == ':' ? prompt.find('>', colon + 1) : at;
+        if (end == std::string::npos) return;  // no '>' after this '<', nor after any later one
+        if (colon == at + 1 || end <= colon + 1) {
+            ++at;
+            continue;
+        }
+        f(at, end + 1, prompt.substr(at + 1, colon - at - 1));
         at = end + 1;
     }
+}
+
+// "lyco" is the same tag as "lora" in A1111 (the old LyCORIS extension's name for it).
+bool is_lora_type(const std::string& type) { return type == "lora" || type == "lyco"; }
+
+// Calls f(begin, end) for every "<lora:...>" and "<lyco:...>" tag.
+template <class F>
+void each_tag(const std::string& prompt, F f) {
+    each_network_tag(prompt, [&](size_t b, size_t e, const std::string& type) {
+        if (is_lora_type(type)) f(b, e);
+    });
 }
 
 std::vector<std::string> split_colons(const std::string& s) {
@@ -151,14 +175,22 @@ std::vector<LoraTag> find_lora_tags(const std::string& prompt, const std::string
     return tags;
 }
 
-std::string strip_lora_tags(const std::string& prompt) {
+std::string strip_network_tags(const std::string& prompt) {
     std::string out;
     size_t from = 0;
-    each_tag(prompt, [&](size_t b, size_t e) {
+    each_network_tag(prompt, [&](size_t b, size_t e, const std::string&) {
         out += prompt.substr(from, b - from);
         from = e;
     });
     return out + prompt.substr(from);
+}
+
+std::vector<std::string> unapplied_network_tags(const std::string& prompt) {
+    std::vector<std::string> out;
+    each_network_tag(prompt, [&](size_t b, size_t e, const std::string& type) {
+        if (!is_lora_type(type)) out.push_back(prompt.substr(b, e - b));
+    });
+    return out;
 }
 
 LoraUse parse_lora_flag(const std::string& text) {

@@ -13,6 +13,7 @@
 #include "io/image_io.h"
 #include "io/image_reader.h"
 #include "io/npy.h"
+#include "io/printable.h"
 #include "io/sha256.h"
 #include "run/batch_plan.h"
 #include "sd/error.h"
@@ -395,6 +396,7 @@ struct RunState {
     int next_number = -1;  // the next CompVis file number; found once the folder is checked
     Extras extras;
     std::set<std::string> pictures_checked;  // for their EXIF orientation
+    std::set<std::string> tags_warned;       // extra-network tags not applied
 };
 
 // What viewers do to a picture with this EXIF orientation (2 to 8).
@@ -434,6 +436,24 @@ void warn_about_orientation(const RunPlan& plan, const std::vector<PlannedBatch>
         }
 }
 
+// A prompt's extra-network tags other than LoRA ones (a hypernetwork's, ...) are left out
+// of the text, as A1111 leaves them out, but nothing applies them: the user is told, once
+// per tag, for the images this run makes.
+void warn_about_network_tags(const RunPlan& plan, const std::vector<PlannedBatch>& todo, const Txt2ImgEvents& events,
+                             std::set<std::string>& warned) {
+    if (!events.warning) return;
+    for (const auto& batch : todo)
+        for (const auto& img : batch.images) {
+            const PromptItem& item = plan.items[img.item];
+            if (!item.settings.prompt_weights) continue;
+            for (const auto& tag : unapplied_network_tags(item.prompt))
+                if (warned.insert(tag).second)
+                    events.warning(item.where + ": " + printable(tag) +
+                                   " is an A1111 extra network that this tool does not apply (only <lora:...> and "
+                                   "<lyco:...> are); it is left out of the prompt, as A1111 leaves it out");
+        }
+}
+
 // Runs this shard's batches of one plan (the generator seeded already in
 // compvis mode); sets result.interrupted when told to stop.
 void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, const Txt2ImgEvents& events,
@@ -444,6 +464,7 @@ void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, co
     int skipped = 0;
     const std::vector<PlannedBatch> todo = select_work(job, plan, skipped);
     warn_about_orientation(plan, todo, events, st.pictures_checked);
+    warn_about_network_tags(plan, todo, events, st.tags_warned);
     result.skipped += skipped;
     if (skipped > 0 && events.note)
         events.note("skipping " + std::to_string(skipped) + " image" + (skipped == 1 ? "" : "s") +
@@ -461,7 +482,7 @@ void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, co
         std::vector<std::string> prompts;
         for (const auto& img : batch.images) {
             const PromptItem& item = plan.items[img.item];
-            prompts.push_back(item.settings.prompt_weights ? strip_lora_tags(item.prompt) : item.prompt);
+            prompts.push_back(item.settings.prompt_weights ? strip_network_tags(item.prompt) : item.prompt);
         }
         if (per_image) pipeline.seed(batch.images[0].seed);
         clock.start_batch(batch);

@@ -95,6 +95,29 @@ TEST(LoraBadInput, PlanReadsTheRunsLoras) {
     EXPECT_GE(peak({"--lora", fixture_lora("lora_a.safetensors")}), peak({}));
 }
 
+// An extra network this tool does not apply (<hypernet:...>) leaves the text as in A1111, so
+// the picture is the prompt's without it, and the user is told once, even with --quiet.
+TEST(LoraBadInput, OtherExtraNetworkTagsAreLeftOutWithAWarning) {
+    const std::string dir = sdtest::temp_dir();
+    auto tagged = sdtest::run(args(dir + "/t", {"--prompt", "a cat <hypernet:ink:0.8>", "--n_samples", "2",
+                                                "--save-latents", dir + "/tagged.npy"}));
+    ASSERT_EQ(tagged.exit_code, 0) << tagged.err;
+    EXPECT_EQ(sdtest::lines(tagged.err).size(), 1u) << tagged.err;
+    EXPECT_NE(tagged.err.find("--prompt: <hypernet:ink:0.8> is an A1111 extra network that this tool does not apply"),
+              std::string::npos)
+        << tagged.err;
+    auto plain = sdtest::run(args(dir + "/p", {"--prompt", "a cat", "--n_samples", "2", "--save-latents", dir + "/plain.npy"}));
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    EXPECT_TRUE(plain.err.empty()) << plain.err;
+    EXPECT_EQ(sdtest::read_text(dir + "/tagged.npy"), sdtest::read_text(dir + "/plain.npy"));
+    // With the plain prompt syntax the tag is text like any other: a different picture, no warning.
+    auto text = sdtest::run(args(dir + "/x", {"--prompt", "a cat <hypernet:ink:0.8>", "--n_samples", "2",
+                                              "--prompt-syntax", "plain", "--save-latents", dir + "/text.npy"}));
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_TRUE(text.err.empty()) << text.err;
+    EXPECT_NE(sdtest::read_text(dir + "/text.npy"), sdtest::read_text(dir + "/plain.npy"));
+}
+
 TEST(LoraBadInput, MissingFileNamedInPromptTag) {
     const std::string dir = sdtest::temp_dir();
     auto r = sdtest::run(args(dir, {"--prompt", "a cat <lora:nothere:0.7>", "--lora-dir", fixture_lora("")}));

@@ -36,12 +36,20 @@ TEST(LoraTags, LycoTagsAreLoraTags) {
     EXPECT_EQ(tags[1].name, "two");
     EXPECT_EQ(tags[2].name, "three");
     EXPECT_EQ(tags[2].unet_weight, 0.4);
-    EXPECT_EQ(sd::strip_lora_tags("a <lyco:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
+    EXPECT_EQ(sd::strip_network_tags("a <lyco:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
 }
 
+// Every extra-network tag leaves the text, as A1111's re_extra_net (<word:args>) finds them:
+// LoRA tags and any other type, which are not applied and are listed for the run's warning.
 TEST(LoraTags, StrippedFromTheTextTheEncoderSees) {
-    EXPECT_EQ(sd::strip_lora_tags("a <lora:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
-    EXPECT_EQ(sd::strip_lora_tags("<hypernet:z:1> <lora:open"), "<hypernet:z:1> <lora:open");
+    EXPECT_EQ(sd::strip_network_tags("a <lora:x:0.5>cat<lora:y> on a mat"), "a cat on a mat");
+    EXPECT_EQ(sd::strip_network_tags("<hypernet:z:1> a <lora:open"), " a <lora:open");
+    EXPECT_EQ(sd::strip_network_tags("a <x:> b <:y> c <a b:1> d <<lora:n:1>> e"), "a <x:> b <:y> c <a b:1> d <> e");
+    EXPECT_EQ(sd::strip_network_tags("<lyco:a:1><hypernet:h><Foo_2:bar baz>!"), "!");
+    EXPECT_EQ(sd::strip_network_tags("<hypernet:a <lora:b:1> c"), " c");  // one tag, as A1111's regex reads it
+    EXPECT_EQ(sd::unapplied_network_tags("<hypernet:a <lora:b:1> c <lora:d> <lyco:e> <hypernet:f:0.5>"),
+              (std::vector<std::string>{"<hypernet:a <lora:b:1>", "<hypernet:f:0.5>"}));
+    EXPECT_TRUE(sd::find_lora_tags("<hypernet:a <lora:b:1> c", "p").empty());
 }
 
 // A tag finds NAME.safetensors in --lora-dir, else in its subfolders, as A1111 does; a name
