@@ -15,6 +15,7 @@
 #include "io/torch_pickle.h"
 #include "io/weight_file.h"
 #include "sd/error.h"
+#include "sd/loras.h"
 #include "sd/model_config.h"
 #include "sd/prompts.h"
 #include "sd/tokenizer.h"
@@ -146,6 +147,16 @@ void prompt_weights(const uint8_t* data, size_t size) {
     }
     // Syntax is removed, never added.
     require(chars <= prompt.size(), "more text out than in");
+    // Extra-network tags: removed whole, each a "<...>" span of the prompt; LoRA tags parse or are refused.
+    require(sd::strip_network_tags(prompt).size() <= prompt.size(), "tags add text");
+    for (const auto& tag : sd::unapplied_network_tags(prompt))
+        require(tag.size() >= 4 && tag.front() == '<' && tag.back() == '>' && prompt.find(tag) != std::string::npos,
+                "a tag that is not a span of the prompt");
+    try {
+        for (const auto& t : sd::find_lora_tags(prompt, "fuzz"))
+            require(!t.name.empty() && std::isfinite(t.text_weight) && std::isfinite(t.unet_weight), "bad LoRA tag");
+    } catch (const sd::Error&) {
+    }
 }
 
 void tokenizer(const uint8_t* data, size_t size) {
