@@ -165,7 +165,7 @@ torch::jit::Module& LoadedStages::load(Slot& slot, const std::string& path, doub
         std::vector<LoraMerge> merges;
         for (const auto& use : merged_loras_) merges.push_back({lora_file(use), use.text_weight, use.unet_weight});
         // 8-bit layers are narrowed from the merged fp32 weights (below); the other types at once.
-        const at::ScalarType held = keep_8bit || config_.dtype == "q8_0" ? at::kFloat : weight_type(path);
+        const at::ScalarType held = keep_8bit ? at::kFloat : weight_type(path);
         edit = [lora_stage, merges, held](torch::jit::Module& m) { merge_loras(m, lora_stage, merges, held); };
     }
     if (keep_8bit || config_.dtype == "q8_0") {
