@@ -413,45 +413,42 @@ const char* orientation_meaning(int o) {
     return meaning[o];
 }
 
-// A picture whose EXIF orientation tells viewers to turn or mirror it is used as
-// stored, as the references' PIL reads it: the user is told, once per file, for
-// the images this run makes.
-void warn_about_orientation(const RunPlan& plan, const std::vector<PlannedBatch>& todo, const Txt2ImgEvents& events,
-                            std::set<std::string>& checked) {
-    if (!events.warning) return;
+// The prompt items of the images this run makes, each once, in order.
+std::vector<const PromptItem*> items_made(const RunPlan& plan, const std::vector<PlannedBatch>& todo) {
+    std::vector<const PromptItem*> out;
+    std::set<int> seen;
     for (const auto& batch : todo)
-        for (const auto& img : batch.images) {
-            const InitImage& init = plan.items[img.item].settings.init;
-            if (!init.active()) continue;
-            for (const auto& [path, what] : {std::pair{init.path, "--init-img"}, std::pair{init.mask, "--mask"}}) {
-                if (path.empty() || !checked.insert(path).second) continue;
-                const int o = exif_orientation_of_file(path);
-                if (o < 2) continue;
-                events.warning(std::string(what) + " " + path + ": its EXIF orientation is " + std::to_string(o) +
-                               " (viewers " + orientation_meaning(o) +
-                               "), which is not applied: the picture is used as stored, as the reference code reads "
-                               "it; to use it as viewers show it, turn the file itself first (exiftran -ai, or "
-                               "ImageMagick's mogrify -auto-orient)");
-            }
-        }
+        for (const auto& img : batch.images)
+            if (seen.insert(img.item).second) out.push_back(&plan.items[img.item]);
+    return out;
 }
 
-// A prompt's extra-network tags other than LoRA ones (a hypernetwork's, ...) are left out
-// of the text, as A1111 leaves them out, but nothing applies them: the user is told, once
-// per tag, for the images this run makes.
-void warn_about_network_tags(const RunPlan& plan, const std::vector<PlannedBatch>& todo, const Txt2ImgEvents& events,
-                             std::set<std::string>& warned) {
+// What the user should hear before the images are made, once per file or tag a run:
+// - a picture whose EXIF orientation tells viewers to turn or mirror it is used as
+//   stored, as the references' PIL reads it;
+// - a prompt's extra-network tags other than LoRA ones (a hypernetwork's, ...) are left
+//   out of the text, as A1111 leaves them out, but nothing applies them.
+void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2ImgEvents& events, RunState& st) {
     if (!events.warning) return;
-    for (const auto& batch : todo)
-        for (const auto& img : batch.images) {
-            const PromptItem& item = plan.items[img.item];
-            if (!item.settings.prompt_weights) continue;
-            for (const auto& tag : unapplied_network_tags(item.prompt))
-                if (warned.insert(tag).second)
-                    events.warning(item.where + ": " + printable(tag) +
-                                   " is an A1111 extra network that this tool does not apply (only <lora:...> and "
-                                   "<lyco:...> are); it is left out of the prompt, as A1111 leaves it out");
+    for (const PromptItem* item : items) {
+        const InitImage& init = item->settings.init;
+        for (const auto& [path, what] : {std::pair{init.path, "--init-img"}, std::pair{init.mask, "--mask"}}) {
+            if (!init.active() || path.empty() || !st.pictures_checked.insert(path).second) continue;
+            const int o = exif_orientation_of_file(path);
+            if (o < 2) continue;
+            events.warning(std::string(what) + " " + path + ": its EXIF orientation is " + std::to_string(o) +
+                           " (viewers " + orientation_meaning(o) +
+                           "), which is not applied: the picture is used as stored, as the reference code reads "
+                           "it; to use it as viewers show it, turn the file itself first (exiftran -ai, or "
+                           "ImageMagick's mogrify -auto-orient)");
         }
+        if (!item->settings.prompt_weights) continue;
+        for (const auto& tag : unapplied_network_tags(item->prompt))
+            if (st.tags_warned.insert(tag).second)
+                events.warning(item->where + ": " + printable(tag) +
+                               " is an A1111 extra network that this tool does not apply (only <lora:...> and "
+                               "<lyco:...> are); it is left out of the prompt, as A1111 leaves it out");
+    }
 }
 
 // Runs this shard's batches of one plan (the generator seeded already in
@@ -463,8 +460,7 @@ void run_plan(Pipeline& pipeline, const Txt2ImgJob& job, const RunPlan& plan, co
     Txt2ImgResult& result = st.result;
     int skipped = 0;
     const std::vector<PlannedBatch> todo = select_work(job, plan, skipped);
-    warn_about_orientation(plan, todo, events, st.pictures_checked);
-    warn_about_network_tags(plan, todo, events, st.tags_warned);
+    warn_before_making(items_made(plan, todo), events, st);
     result.skipped += skipped;
     if (skipped > 0 && events.note)
         events.note("skipping " + std::to_string(skipped) + " image" + (skipped == 1 ? "" : "s") +
