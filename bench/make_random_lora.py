@@ -3,10 +3,11 @@
 shaped like LCM-LoRA (every attention and feed-forward layer of the UNet's
 transformers, their proj_in/proj_out 1x1 convolutions, the text encoder's
 attention and MLP), for bench/bench_fewstep.py's merged-at-load row, or the same
-layers as LyCORIS LoHa or LoKr modules (--kind). The values do not matter for time
-and memory.
+layers as LyCORIS LoHa or LoKr modules (--kind), with a DoRA magnitude per input
+column if asked (--dora). The values do not matter for time and memory.
 
-    PYTHONPATH=python /usr/bin/python3 bench/make_random_lora.py OUT.safetensors [--rank 64] [--kind lora|loha|lokr]
+    PYTHONPATH=python /usr/bin/python3 bench/make_random_lora.py OUT.safetensors [--rank 64] [--kind lora|loha|lokr] \
+        [--dora]
 """
 import argparse
 
@@ -41,6 +42,7 @@ def main():
     p.add_argument("out")
     p.add_argument("--rank", type=int, default=64)
     p.add_argument("--kind", choices=["lora", "loha", "lokr"], default="lora")
+    p.add_argument("--dora", action="store_true", help="add a DoRA magnitude (dora_scale) per input column")
     a = p.parse_args()
     g = torch.Generator().manual_seed(0)
     tensors = {}
@@ -49,6 +51,8 @@ def main():
 
     for name, n_out, n_in, conv in targets():
         tensors[f"{name}.alpha"] = torch.tensor(float(a.rank)).half()
+        if a.dora:  # [1, in] or, for a 1x1 conv, [1, in, 1, 1]
+            tensors[f"{name}.dora_scale"] = (torch.rand(1, n_in, *((1, 1) if conv else ()), generator=g) + 0.5).half()
         if a.kind == "loha":  # two rank-r factors multiplied elementwise (2D: fills a 1x1 conv too)
             for f in ("1", "2"):
                 tensors[f"{name}.hada_w{f}_a"] = randn(n_out, a.rank)

@@ -4,7 +4,8 @@ kohya / A1111 files (lora_unet_* / lora_te_*, SDXL's lora_te1_* / lora_te2_*, lo
 lora_up / alpha, LoCon, LyCORIS's lora_mid, LoHa and LoKr under those names) and diffusers'
 pre-PEFT files (unet.*.lora.{down,up}.weight, text_encoder.*.lora_linear_layer.*, SDXL's
 text_encoder_2.*), W' = W + m * (alpha / rank) * (up.flatten(1) @ down.flatten(1)).reshape(W.shape)
-(or a LoHa's or LoKr's product, src/io/lora_keys.h) in fp32, several files stacked in order.
+(or a LoHa's or LoKr's product, src/io/lora_keys.h; a DoRA magnitude rescales the merged weight) in
+fp32, several files stacked in order.
 Errors are one line (ExportError)."""
 
 import hashlib
@@ -19,7 +20,8 @@ LYCORIS_PARTS = ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", 
                  "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2")
 SUFFIXES = ((".lora_down.weight", "down"), (".lora_up.weight", "up"), (".lora_mid.weight", "mid"),
             (".lora.down.weight", "down"), (".lora.up.weight", "up"), (".lora_linear_layer.down.weight", "down"),
-            (".lora_linear_layer.up.weight", "up"), (".alpha", "alpha")) + tuple(("." + p, p) for p in LYCORIS_PARTS)
+            (".lora_linear_layer.up.weight", "up"), (".alpha", "alpha"),
+            (".dora_scale", "dora_scale")) + tuple(("." + p, p) for p in LYCORIS_PARTS)
 RESNET_PARTS = {"in_layers.0": "norm1", "in_layers.2": "conv1", "out_layers.0": "norm2", "out_layers.3": "conv2",
                 "emb_layers.1": "time_emb_proj", "skip_connection": "conv_shortcut"}
 TOP = {"time_embed.0": "time_embedding.linear_1", "time_embed.2": "time_embedding.linear_2",
@@ -139,10 +141,8 @@ def _refuse_other_layouts(path, keys, sdxl):
             raise ExportError(f"LoRA file {path} is a LoRA for SD 1.x or 2.x ({k}); this model is SDXL")
         if k.endswith((".lora_A.weight", ".lora_B.weight")):
             raise ExportError(f"LoRA file {path} is in the PEFT format ({k}), which is not supported")
-        if k.endswith(".dora_scale"):
-            raise ExportError(f"LoRA file {path} is a DoRA file ({k}), which is not supported; LoRA, LoCon, LoHa "
-                              "and LoKr files are")
-        if k.endswith((".oft_blocks", ".oft_diag", ".on_input", ".w_norm", ".a1.weight", ".diff")):
+        # wd_for_diff: a newer LyCORIS DoRA that rescales the change alone, not the merged weight.
+        if k.endswith((".oft_blocks", ".oft_diag", ".on_input", ".w_norm", ".a1.weight", ".diff", ".wd_for_diff")):
             raise ExportError(f"LoRA file {path} is a LyCORIS file of a kind this tool does not apply ({k}); LoRA, "
                               "LoCon, LoHa and LoKr files are supported")
         if k.startswith("lora_te_") and "resblocks" in k:
@@ -172,7 +172,7 @@ def _check_fit(path, key, stage, param, w, down, up):
 
 def _module_kind(parts):
     """'lora', 'loha' or 'lokr' for a complete set of a module's parts (as lora_keys.cpp), else None."""
-    n = set(parts) - {"alpha"}
+    n = set(parts) - {"alpha", "dora_scale"}  # these two go with any kind
     if n and all(p.startswith("hada_") for p in n):
         return "loha" if {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"} <= n else None
     if n and all(p.startswith("lokr_") for p in n):
@@ -232,6 +232,16 @@ def _rank(kind, s):
     return s["lokr_w2_b"][0] if "lokr_w2_b" in s else s["lokr_w1_b"][0] if "lokr_w1_b" in s else 0
 
 
+def dora_shape(w, axis):
+    """The shape of a DoRA magnitude along `axis` of a weight of shape w: [out, 1, ...] or [1, in, 1, ...]."""
+    return tuple(w[i] if i == axis else 1 for i in range(len(w)))
+
+
+def dora_axis(s, w):
+    """0 (one magnitude per output row) or 1 (per input column) for a dora_scale of shape s, else None."""
+    return next((axis for axis in (0, 1) if len(w) >= 2 and tuple(s) == dora_shape(w, axis)), None)
+
+
 def _cp(t, a, b):
     import torch
     return torch.einsum("ijkl,ip,jr->prkl", t, a, b)
@@ -257,6 +267,21 @@ def delta(kind, p, shape):
             w1 = w1[:, :, None, None]
         d = torch.kron(w1, w2.contiguous())
     return d.reshape(shape)
+
+
+def merge(w, kind, p, scale, weight):
+    """W + m * scale * D, or with a DoRA magnitude W + m * (decompose(W + scale * D) - W): the merged
+    weight rescaled so that its norm along the magnitude's axis is dora_scale (LyCORIS's rule, fp32's
+    epsilon added to the norm; A1111's multiplier)."""
+    import torch
+    d = delta(kind, p, w.shape) * scale
+    if "dora_scale" not in p:
+        return w + weight * d
+    merged = w + d
+    axis = dora_axis(p["dora_scale"].shape, w.shape)
+    others = [i for i in range(w.dim()) if i != axis]
+    norm = torch.linalg.vector_norm(merged, 2, dim=others, keepdim=True) + torch.finfo(torch.float32).eps
+    return w + weight * (merged * (p["dora_scale"] / norm) - w)
 
 
 def read_lora(path, table, modules):
@@ -295,6 +320,11 @@ def read_lora(path, table, modules):
                 if len(s) < 2 or 0 in s:
                     raise ExportError(f"LoRA file {path} has a tensor that is empty or not a matrix: {p[part]!r} "
                                       f"{list(s)}")
+            w = tuple(param.shape)
+            if "dora_scale" in shapes and dora_axis(shapes["dora_scale"], w) is None:
+                raise ExportError(f"LoRA file {path} does not fit this model: {module} has a DoRA magnitude "
+                                  f"dora_scale {list(shapes['dora_scale'])}; {stage} {name} is {list(w)} here, which "
+                                  f"needs one per output {list(dora_shape(w, 0))} or per input {list(dora_shape(w, 1))}")
             if kind == "lora" and "mid" not in p:
                 _check_fit(path, module, stage, name, tuple(param.shape), shapes["down"], shapes["up"])
             elif not _lycoris_fits(kind, shapes, tuple(param.shape)):
@@ -341,7 +371,7 @@ def bake_loras(modules, loras):
     with torch.no_grad():
         for path, weight in loras:
             for _key, _stage, _name, param, kind, tensors, scale in read_lora(path, table, modules):
-                param.copy_(param.float() + weight * (delta(kind, tensors, param.shape) * scale))
+                param.copy_(merge(param.float(), kind, tensors, scale, weight))
             name = re.sub(r"\.safetensors$", "", os.path.basename(path))
             record.append({"name": name, "weight": weight, "hash": short_hash(path)})
     return record

@@ -1,5 +1,6 @@
 #include "engine/lora_merge.h"
 
+#include <limits>
 #include <map>
 
 #include "engine/addon_weights.h"
@@ -51,10 +52,8 @@ struct Change {
     double weight;
 };
 
-}  // namespace
-
-at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArrayRef shape) {
-    const auto p = read_parts(file, module);
+// scale() times the module's product, reshaped to `shape` (lora_keys.h).
+at::Tensor delta_of(const std::map<std::string, at::Tensor>& p, const LoraModule& module, at::IntArrayRef shape) {
     at::Tensor d;
     switch (module.kind) {
         case LoraKind::lora:
@@ -77,6 +76,35 @@ at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArr
     return d.mul_(module.scale()).reshape(shape);
 }
 
+// DoRA: `merged` rescaled in place so that its norm along the axis dora_axis names is
+// the magnitude (LyCORIS adds fp32's epsilon to the norm, so a zero row stays zero).
+void decompose(at::Tensor& merged, const at::Tensor& magnitude) {
+    const int axis = dora_axis(magnitude.sizes().vec(), merged.sizes().vec());
+    std::vector<int64_t> others;
+    for (int64_t d = 0; d < merged.dim(); ++d)
+        if (d != axis) others.push_back(d);
+    const at::Tensor norm = at::linalg_vector_norm(merged, 2, others, /*keepdim=*/true);
+    merged.mul_(magnitude / norm.add_(std::numeric_limits<float>::epsilon()));
+}
+
+}  // namespace
+
+at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArrayRef shape) {
+    return delta_of(read_parts(file, module), module, shape);
+}
+
+void apply_lora(at::Tensor& w, const LoraFile& file, const LoraModule& module, double weight) {
+    const auto p = read_parts(file, module);
+    at::Tensor d = delta_of(p, module, w.sizes());
+    if (!module.has("dora_scale")) {
+        w.add_(d, weight);
+        return;
+    }
+    // W' = W + m * (decompose(W + D) - W), with the merged weight built in D's memory.
+    decompose(d.add_(w), p.at("dora_scale"));
+    w.mul_(1 - weight).add_(d, weight);
+}
+
 void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vector<LoraMerge>& loras,
                  at::ScalarType held) {
     std::map<std::string, std::vector<Change>> changes;  // parameter -> its changes, in order
@@ -94,7 +122,7 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
         // A copy: the original may be the mapped file's bytes (fp32) or fp16.
         at::Tensor w = p.value.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
         for (const auto& c : it->second)
-            if (c.weight != 0) w.add_(lora_delta(*c.file, *c.module, w.sizes()), c.weight);
+            if (c.weight != 0) apply_lora(w, *c.file, *c.module, c.weight);
         at::Tensor target = p.value;
         target.set_data(held == at::kFloat ? w : w.to(held));  // the mapped original's pages are released
         ++applied;

@@ -1,6 +1,6 @@
 // Merging LoRAs into a stage's weights as it loads (src/io/lora_keys.h says
 // which parameter each module changes): W' = W + m * (alpha / rank) * up @ down
-// (or a LoHa's or LoKr's product),
+// (or a LoHa's or LoKr's product; a DoRA magnitude rescales the merged weight),
 // in fp32, several LoRAs stacked in order. docs/model-format.md, docs/memory.md.
 #pragma once
 #include <string>
@@ -34,5 +34,10 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
 // tensors come from the file read_lora opened; NaN or infinite values are refused,
 // naming the file and the tensor.
 at::Tensor lora_delta(const LoraFile& file, const LoraModule& module, at::IntArrayRef shape);
+
+// Merges one module into w (fp32, the target's shape) at multiplier `weight`:
+// W + m * lora_delta, or with a DoRA magnitude W + m * (decompose(W + lora_delta) - W)
+// (lora_keys.h). Stacked modules each see the weight the ones before them left.
+void apply_lora(at::Tensor& w, const LoraFile& file, const LoraModule& module, double weight);
 
 }  // namespace sd

@@ -212,7 +212,8 @@ KeyPart classify(const std::string& key) {
                                                               {".lora.up.weight", "up"},
                                                               {".lora_linear_layer.down.weight", "down"},
                                                               {".lora_linear_layer.up.weight", "up"},
-                                                              {".alpha", "alpha"}};
+                                                              {".alpha", "alpha"},
+                                                              {".dora_scale", "dora_scale"}};
         // LyCORIS names its tensors by their part alone.
         for (const char* part : {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b", "hada_t1", "hada_t2", "lokr_w1",
                                  "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b", "lokr_t2"})
@@ -246,10 +247,9 @@ void refuse_other_layouts(const std::vector<WeightEntry>& index, const std::stri
         if (ends_with(k, ".lora_A.weight") || ends_with(k, ".lora_B.weight"))
             throw lora_error(path, "is in the PEFT format (" + key(k) +
                                        "), which is not supported; use a kohya or pre-PEFT diffusers file");
-        if (ends_with(k, ".dora_scale"))
-            throw lora_error(
-                path, "is a DoRA file (" + key(k) + "), which is not supported; LoRA, LoCon, LoHa and LoKr files are");
-        for (const char* other : {".oft_blocks", ".oft_diag", ".on_input", ".w_norm", ".a1.weight", ".diff"})
+        // wd_for_diff: a newer LyCORIS DoRA that rescales the change alone, not the merged weight.
+        for (const char* other :
+             {".oft_blocks", ".oft_diag", ".on_input", ".w_norm", ".a1.weight", ".diff", ".wd_for_diff"})
             if (ends_with(k, other))
                 throw lora_error(path, "is a LyCORIS file of a kind this tool does not apply (" + key(k) +
                                            "); LoRA, LoCon, LoHa and LoKr files are supported");
@@ -277,13 +277,15 @@ std::string kind_of(const std::vector<int64_t>& shape) {
 // Which kind of module a set of parts makes, or nullopt with the reason it makes none.
 std::optional<LoraKind> kind_of_parts(const Parts& p, std::string& why) {
     const auto has = [&](const char* n) { return p.count(n) > 0; };
+    // alpha and a DoRA's dora_scale go with any kind.
+    const auto shared = [](const std::string& name) { return name == "alpha" || name == "dora_scale"; };
     const auto only = [&](const std::string& prefix) {
         for (const auto& [name, w] : p)
-            if (name != "alpha" && !starts_with(name, prefix)) return false;
+            if (!shared(name) && !starts_with(name, prefix)) return false;
         return true;
     };
-    if (p.size() == 1 && has("alpha")) {
-        why = " (alpha alone)";
+    if (std::all_of(p.begin(), p.end(), [&](const auto& e) { return shared(e.first); })) {
+        why = has("dora_scale") ? " (dora_scale without a LoRA module)" : " (alpha alone)";
     } else if (only("hada_")) {
         if (has("hada_w1_a") && has("hada_w1_b") && has("hada_w2_a") && has("hada_w2_b")) return LoraKind::loha;
         why = " (an incomplete LoHa module: it needs hada_w1_a, hada_w1_b, hada_w2_a and hada_w2_b)";
@@ -300,7 +302,7 @@ std::optional<LoraKind> kind_of_parts(const Parts& p, std::string& why) {
             "and lokr_w2_b)";
     } else if (has("down") && has("up")) {
         for (const auto& [name, w] : p)
-            if (name != "down" && name != "up" && name != "mid" && name != "alpha") {
+            if (name != "down" && name != "up" && name != "mid" && !shared(name)) {
                 why = " (LoRA and LyCORIS parts mixed)";
                 return std::nullopt;
             }
@@ -406,6 +408,11 @@ void check_fit(LoraModule& m, const std::vector<int64_t>& w, const std::string& 
         for (int64_t d : e.shape)
             if (d <= 0) throw lora_error(path, "has an empty LoRA module " + key(m.key));
     }
+    if (m.has("dora_scale") && dora_axis(m.part("dora_scale").shape, w) < 0)
+        throw lora_error(path, "does not fit this model: " + key(m.key) + " has a DoRA magnitude dora_scale " +
+                                   shape_text(m.part("dora_scale").shape) + "; " + m.stage + " " + m.param + " is " +
+                                   kind_of(w) + " " + shape_text(w) + " here, which needs one per output " +
+                                   shape_text(dora_shape(w, 0)) + " or per input " + shape_text(dora_shape(w, 1)));
     const auto p = [&](const char* n) { return m.has(n) ? &m.part(n) : nullptr; };
     bool ok = false;
     std::string what;
@@ -587,6 +594,18 @@ LoraFile read_lora(const std::string& path, const LoraTargets& targets) {
     out.file = file;
     out.hash = lora_short_hash_of(file->data_sha256());
     return out;
+}
+
+std::vector<int64_t> dora_shape(const std::vector<int64_t>& w, int axis) {
+    std::vector<int64_t> s(w.size(), 1);
+    if (static_cast<size_t>(axis) < w.size()) s[axis] = w[axis];
+    return s;
+}
+
+int dora_axis(const std::vector<int64_t>& scale, const std::vector<int64_t>& w) {
+    for (int axis : {0, 1})
+        if (w.size() >= 2 && scale == dora_shape(w, axis)) return axis;
+    return -1;
 }
 
 LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,

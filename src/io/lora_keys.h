@@ -28,7 +28,9 @@ class TensorReader;
 //   is the CP product of its t, a and b instead;
 // - lokr: kron(w1, w2), each either stored whole or as a product (w1_a @ w1_b,
 //   w2_a @ w2_b, or with "t2" a CP product);
-// reshaped to W's shape.
+// reshaped to W's shape. Any kind may carry a DoRA magnitude "dora_scale" (LyCORIS's
+// weight decomposition, A1111's rule): the merged W + scale() * D is rescaled so that
+// its norm along one axis becomes dora_scale, W' = W + m * (that - W); see dora_axis.
 enum class LoraKind { lora, loha, lokr };
 
 struct LoraModule {
@@ -37,7 +39,8 @@ struct LoraModule {
     std::string param;  // the parameter in that stage's weight file, e.g. "input_blocks.1.1....to_q.weight"
     LoraKind kind = LoraKind::lora;
     // The module's tensors (byte ranges in the file) by their part of the key:
-    // "down", "up", "mid"; "hada_w1_a" ... "hada_t2"; "lokr_w1", "lokr_w1_a" ... "lokr_t2".
+    // "down", "up", "mid"; "hada_w1_a" ... "hada_t2"; "lokr_w1", "lokr_w1_a" ... "lokr_t2";
+    // and "dora_scale".
     std::map<std::string, WeightEntry> parts;
     // What alpha is divided by: lora's down's first size, loha's w1_b's, lokr's w2_b's
     // (else w1_b's); 0 for a LoKr module with neither, whose scale is 1.
@@ -83,6 +86,13 @@ struct LoraFootprint {
 };
 LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const std::vector<WeightEntry>& stage_index,
                              const std::string& stage);
+
+// A DoRA magnitude's axis for a weight of shape w: 0 when dora_scale has w's dims and
+// is [out, 1, ...] (one magnitude per output row, LyCORIS's wd_on_out), 1 when it is
+// [1, in, 1, ...] (per input column, LyCORIS's first form and A1111's); -1 for any
+// other shape. dora_shape gives the shape an axis needs.
+int dora_axis(const std::vector<int64_t>& scale, const std::vector<int64_t>& w);
+std::vector<int64_t> dora_shape(const std::vector<int64_t>& w, int axis);
 
 // The diffusers module path of one CompVis UNet module ("input_blocks.1.0.in_layers.2"
 // -> "down_blocks.0.resnets.0.conv1"), for UNets with two ResBlocks a down level and

@@ -58,16 +58,24 @@ void write_f32_safetensors(const std::string& path, const std::vector<std::pair<
     std::ofstream(path, std::ios::binary) << len << text << data;
 }
 
-std::string lora_as_lycoris(const std::string& lora_path, const std::string& kind, const std::string& out_path) {
-    std::ifstream f(lora_path, std::ios::binary);
-    std::map<std::string, std::map<std::string, at::Tensor>> modules;  // module -> part -> fp32
-    for (const auto& w : sd::read_weight_index(lora_path, sd::WeightUse::AnyDtype)) {
+std::vector<std::pair<std::string, at::Tensor>> read_f32_safetensors(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& w : sd::read_weight_index(path, sd::WeightUse::AnyDtype)) {
         at::Tensor t = at::empty(w.shape, w.dtype == "F16" ? at::kHalf : at::kFloat);
         EXPECT_TRUE(w.dtype == "F16" || w.dtype == "F32") << w.name;
         f.seekg(static_cast<std::streamoff>(w.begin));
         f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(w.end - w.begin));
-        const size_t dot = w.name.find('.');
-        modules[w.name.substr(0, dot)][w.name.substr(dot + 1)] = t.to(at::kFloat);
+        out.emplace_back(w.name, t.to(at::kFloat));
+    }
+    return out;
+}
+
+std::string lora_as_lycoris(const std::string& lora_path, const std::string& kind, const std::string& out_path) {
+    std::map<std::string, std::map<std::string, at::Tensor>> modules;  // module -> part -> fp32
+    for (const auto& [name, t] : read_f32_safetensors(lora_path)) {
+        const size_t dot = name.find('.');
+        modules[name.substr(0, dot)][name.substr(dot + 1)] = t;
     }
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (auto& [key, p] : modules) {

@@ -36,6 +36,9 @@ std::vector<float> model_alphas_cumprod(const std::string& model_dir);
 // A .safetensors file of these tensors as F32 (an alpha: a 0-d tensor).
 void write_f32_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
+// Every tensor of an F16 / F32 .safetensors file, as fp32, in the file's order.
+std::vector<std::pair<std::string, at::Tensor>> read_f32_safetensors(const std::string& path);
+
 // A kohya LoRA file (lora_down, lora_up, alpha) written again as LyCORIS modules that make
 // the same change: "loha" (w1 = up @ down, w2 all ones) or "lokr" (w1 = [[1]], w2 = up @ down).
 // Returns out_path.

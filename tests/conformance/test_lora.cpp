@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -322,5 +323,118 @@ TEST(LycorisMerge, DeltasFollowTheirFormulas) {
 TEST(LycorisCli, LohaFileFromLoraFlag) {
     auto args = case_args(kCases[0], model());
     args.insert(args.end(), {"--lora", rewritten_lora_a("loha") + ":1.0"});
+    sdtest::check_cli_run(case_dir(kCases[0]), args, sdtest::temp_dir());
+}
+
+// DoRA (LyCORIS's weight decomposition, A1111's rule) tied to the fixtures: lora_a with,
+// for every module, a magnitude dora_scale = u * the norms of lora_a's merged weight
+// along one axis (u random in [0.5, 1.5] per row or column) merges to that weight times
+// u along that axis; diffusers' merged.safetensors checks the weights it holds.
+namespace {
+
+std::vector<int64_t> all_but(int64_t dims, int axis) {
+    std::vector<int64_t> out;
+    for (int64_t d = 0; d < dims; ++d)
+        if (d != axis) out.push_back(d);
+    return out;
+}
+
+// lora_a plus a dora_scale per module: magnitude(the merged weight, stage:param) gives it.
+std::string lora_a_with_dora(const std::string& name, const std::function<at::Tensor(const at::Tensor&, const std::string&)>& magnitude) {
+    const auto plain = merges(kCases[0]);
+    std::map<std::string, at::Tensor> merged;  // stage:param -> lora_a merged at 1
+    for (const std::string stage : {"unet", "text_encoder"})
+        for (const auto& p : merged_stage(stage + ".pt", plain).named_parameters(true)) merged[stage + ":" + p.name] = p.value;
+    auto tensors = sdtest::read_f32_safetensors(lora_dir() + "/lora_a.safetensors");
+    for (const auto& m : plain[0].file.modules) {
+        const std::string where = m.stage + ":" + m.param;
+        tensors.emplace_back(m.key + ".dora_scale", magnitude(merged.at(where), where));
+    }
+    const std::string path = sdtest::temp_dir() + "/" + name + ".safetensors";
+    sdtest::write_f32_safetensors(path, tensors);
+    return path;
+}
+
+}  // namespace
+
+TEST(DoraMerge, MagnitudesRescaleTheFixtureMergeAlongTheirAxis) {
+    c10::InferenceMode guard;
+    at::manual_seed(11);
+    const auto ref = reference_merged(kCases[0]);
+    for (int axis : {0, 1}) {
+        std::map<std::string, at::Tensor> want, factor;  // stage:param -> the merged weight times u; u
+        const std::string path = lora_a_with_dora("dora" + std::to_string(axis), [&](const at::Tensor& w, const std::string& where) {
+            const at::Tensor norm = at::linalg_vector_norm(w, 2, all_but(w.dim(), axis), /*keepdim=*/true);
+            factor[where] = at::rand(norm.sizes()) + 0.5;
+            want[where] = w * factor[where];
+            return norm * factor[where];
+        });
+        const std::vector<sd::LoraMerge> dora = {{sd::read_lora(path, tiny_targets()), 1.0, 1.0}};
+        ASSERT_EQ(dora[0].file.modules.size(), 129u);
+        size_t checked = 0, against_diffusers = 0;
+        for (const std::string stage : {"unet", "text_encoder"}) {
+            for (const auto& p : merged_stage(stage + ".pt", dora).named_parameters(true)) {
+                const std::string where = stage + ":" + p.name;
+                const auto it = want.find(where);
+                if (it == want.end()) continue;
+                ++checked;
+                EXPECT_LE((p.value - it->second).abs().max().item<double>(), 1e-6 * it->second.abs().max().item<double>())
+                    << axis << " " << where;
+                if (const auto r = ref.find(where); r != ref.end()) {
+                    ++against_diffusers;
+                    EXPECT_LE((p.value - r->second * factor.at(where)).abs().max().item<double>(), 2e-5) << axis << " " << where;
+                    EXPECT_GT((p.value - r->second).abs().max().item<double>(), 1e-3) << "u changed nothing: " << where;
+                }
+            }
+        }
+        EXPECT_EQ(checked, want.size());
+        EXPECT_EQ(against_diffusers, ref.size());
+    }
+}
+
+// At a multiplier m the merge is W + m * (decompose(W + D) - W) (A1111's network.py and
+// ComfyUI's weight_decompose; LyCORIS's own interpolation agrees at m = 1), per axis, on
+// a random W of the 3x3 conv and of a square linear layer, against the formula in double.
+TEST(DoraMerge, FollowsItsFormulaAtAnyMultiplier) {
+    c10::InferenceMode guard;
+    at::manual_seed(5);
+    const std::string c = "lora_unet_down_blocks_0_resnets_0_conv1", q = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+    for (const auto& [key, shape] : {std::pair{c, std::vector<int64_t>{32, 32, 3, 3}}, std::pair{q, std::vector<int64_t>{32, 32}}}) {
+        std::vector<int64_t> down_shape = {4, 32}, up_shape = {32, 4};
+        if (shape.size() == 4) down_shape = {4, 32, 3, 3}, up_shape = {32, 4, 1, 1};
+        const at::Tensor down = at::randn(down_shape), up = at::randn(up_shape) * 0.1, w0 = at::randn(shape);
+        for (int axis : {0, 1}) {
+            const at::Tensor magnitude = at::rand(sd::dora_shape(shape, axis)) * 5 + 1;
+            const std::string path = sdtest::temp_dir() + "/dora_formula.safetensors";
+            sdtest::write_f32_safetensors(path, {{key + ".alpha", at::full({}, 2.0)}, {key + ".lora_down.weight", down},
+                                                 {key + ".lora_up.weight", up}, {key + ".dora_scale", magnitude}});
+            const auto file = sd::read_lora(path, tiny_targets());
+            ASSERT_EQ(file.modules.size(), 1u);
+            for (double m : {1.0, 0.7, -0.5}) {
+                at::Tensor w = w0.clone();
+                sd::apply_lora(w, file, file.modules[0], m);
+                // In double, with loops over the axis's slices for the norms.
+                const at::Tensor W = w0.to(at::kDouble);
+                const at::Tensor merged = W + up.flatten(1).to(at::kDouble).mm(down.flatten(1).to(at::kDouble)).reshape(shape) * 0.5;
+                at::Tensor decomposed = merged.clone();
+                for (int64_t i = 0; i < shape[axis]; ++i) {
+                    at::Tensor slice = decomposed.select(axis, i);
+                    slice.mul_(magnitude.flatten()[i].item<double>() / slice.pow(2).sum().sqrt().item<double>());
+                }
+                const at::Tensor expected = W + m * (decomposed - W);
+                EXPECT_LE((w.to(at::kDouble) - expected).abs().max().item<double>(), 1e-5 * expected.abs().max().item<double>())
+                    << key << " axis " << axis << " m " << m;
+            }
+        }
+    }
+}
+
+// lora_a with magnitudes equal to its merged weight's norms through the CLI gives the case's image.
+TEST(DoraCli, FileFromLoraFlag) {
+    const std::string path = lora_a_with_dora("dora_same", [](const at::Tensor& w, const std::string&) {
+        return at::linalg_vector_norm(w, 2, all_but(w.dim(), 1), /*keepdim=*/true);
+    });
+    auto args = case_args(kCases[0], model());
+    args.insert(args.end(), {"--lora", path + ":1.0"});
     sdtest::check_cli_run(case_dir(kCases[0]), args, sdtest::temp_dir());
 }

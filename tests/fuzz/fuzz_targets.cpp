@@ -331,6 +331,13 @@ void lora_file(const uint8_t* data, size_t size) {
             if (w.name != m.param) continue;
             found = true;
             require(numel(w.shape) == got, "the change does not fill its target: " + m.key);
+            // A DoRA magnitude: one value per output row or per input column, with W's dims.
+            if (m.has("dora_scale")) {
+                const auto& d = shape("dora_scale");
+                require(d.size() == w.shape.size() && sd::dora_axis(d, w.shape) >= 0 &&
+                            numel(d) == w.shape[sd::dora_axis(d, w.shape)],
+                        "a DoRA magnitude of another shape: " + m.key);
+            }
         }
         require(found, "target not in the model: " + m.param);
     }

@@ -82,6 +82,12 @@ put("lora_file", "locon_mid", weights([(C + ".lora_down.weight", "F32", [2, 4, 1
                                        (C + ".lora_mid.weight", "F32", [2, 2, 3, 3]),
                                        (C + ".lora_up.weight", "F32", [8, 2, 1, 1])]))
 
+# DoRA magnitudes: per input column on a LoRA, per output row on a LoHa's conv.
+put("lora_file", "dora", weights([(Q + ".lora_down.weight", "F32", [2, 8]), (Q + ".lora_up.weight", "F32", [8, 2]),
+                                  (Q + ".dora_scale", "F32", [1, 8]), (C + ".hada_w1_a", "F32", [8, 2]),
+                                  (C + ".hada_w1_b", "F32", [2, 36]), (C + ".hada_w2_a", "F32", [8, 2]),
+                                  (C + ".hada_w2_b", "F32", [2, 36]), (C + ".dora_scale", "F32", [8, 1, 1, 1])]))
+
 
 def model_json(**over):
     m = {

@@ -131,6 +131,73 @@ class ExportLoraTest(unittest.TestCase):
             got = delta(kind, parts, (32, 32, 3, 3)).numpy()
             self.assertLess(float(np.max(np.abs(got - expected))), 1e-9 * float(np.max(np.abs(expected))), kind)
 
+    def test_baked_dora_rescales_the_diffusers_merge(self):
+        """lora_a with a DoRA magnitude, for each weight merged.safetensors holds, of u times the norms of
+        diffusers' merged weight along one axis (u random in [0.5, 1.5]) bakes that weight times u."""
+        import torch
+        from sd_export.lora import diffusers_unet_module, dora_shape
+        g = torch.Generator().manual_seed(3)
+        ref = read_tensors(os.path.join(FIX, "lora", "cases", "la_m1.0_ddim10_64x64", "merged.safetensors"))
+        with SafetensorsFile(os.path.join(FIX, "lora", "lora_a.safetensors")) as f:
+            plain = [(k, f.load(k).float()) for k in f.keys()]
+        for axis in (0, 1):
+            extra, want = [], {}
+            for name, w in ref.items():
+                if name.startswith("model.diffusion_model."):
+                    key = "lora_unet_" + diffusers_unet_module(name[22:-7]).replace(".", "_")
+                else:
+                    key = "lora_te_" + name[len("cond_stage_model.transformer."):-7].replace(".", "_")
+                others = [i for i in range(w.dim()) if i != axis]
+                u = torch.rand(dora_shape(w.shape, axis), generator=g) + 0.5
+                extra.append((key + ".dora_scale", torch.linalg.vector_norm(w, 2, dim=others, keepdim=True) * u))
+                want[name] = w * u
+            self.assertEqual(len(extra), 17)
+            path = os.path.join(self.tmp.name, f"dora{axis}.safetensors")
+            write_safetensors(path, sorted(plain + extra))
+            out = tempfile.mkdtemp(dir=self.tmp.name)
+            r = export(out, path + ":1.0")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            stages = {"model.diffusion_model.": read_tensors(os.path.join(out, "unet.weights")),
+                      "cond_stage_model.transformer.": read_tensors(os.path.join(out, "text_encoder.weights"))}
+            for name, w in want.items():
+                prefix = next(p for p in stages if name.startswith(p))
+                got = stages[prefix][name[len(prefix):]].float()
+                self.assertLessEqual(float((got - w).abs().max()), 2e-5, f"{axis} {name}")
+                self.assertGreater(float((got - ref[name]).abs().max()), 1e-3, f"u changed nothing: {name}")
+        bad = os.path.join(self.tmp.name, "dora_bad.safetensors")  # a magnitude per element, not per row
+        m = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
+        write_safetensors(bad, [(m + ".dora_scale", torch.ones(32, 32)), (m + ".lora_down.weight", torch.ones(2, 32)),
+                                (m + ".lora_up.weight", torch.ones(32, 2))])
+        self.bad(bad, ["dora_bad.safetensors", "DoRA magnitude dora_scale [32, 32]", "per output [32, 1]"])
+
+    def test_dora_merge_follows_its_formula(self):
+        """sd_export.lora.merge with a DoRA magnitude, at several multipliers and on both axes, against
+        W + m * (rescaled(W + D) - W) computed row by row (or column by column) in numpy."""
+        import torch
+        from sd_export.lora import dora_shape, merge
+        g = torch.Generator().manual_seed(9)
+        for shape in ((32, 32, 3, 3), (32, 16)):
+            down_shape, up_shape = ((4, 32, 3, 3), (32, 4, 1, 1)) if len(shape) == 4 else ((4, 16), (32, 4))
+            p = {"down": torch.randn(*down_shape, generator=g), "up": torch.randn(*up_shape, generator=g) * 0.1}
+            w = torch.randn(*shape, generator=g)
+            for axis in (0, 1):
+                p["dora_scale"] = torch.rand(dora_shape(shape, axis), generator=g) * 5 + 1
+                for m in (1.0, 0.7, -0.5):
+                    got = merge(w, "lora", p, 0.5, m).numpy()
+                    W = w.numpy().astype(np.float64)
+                    merged = W + 0.5 * (p["up"].flatten(1).double() @ p["down"].flatten(1).double()).numpy().reshape(
+                        shape)
+                    rescaled = merged.copy()
+                    mag = p["dora_scale"].numpy().reshape(-1)
+                    for i in range(shape[axis]):
+                        sl = np.take(rescaled, i, axis=axis)
+                        idx = [slice(None)] * len(shape)
+                        idx[axis] = i
+                        rescaled[tuple(idx)] = sl * (mag[i] / np.sqrt((sl ** 2).sum()))
+                    want = W + m * (rescaled - W)
+                    self.assertLess(float(np.max(np.abs(got - want))), 1e-5 * float(np.max(np.abs(want))),
+                                    f"{shape} axis {axis} m {m}")
+
     def bad(self, lora, words):
         r = export(tempfile.mkdtemp(dir=self.tmp.name), lora)
         self.assertEqual(r.returncode, 1, r.stderr)

@@ -236,7 +236,8 @@ TEST(LoraKeys, OtherLayoutsAreRefusedByName) {
         {"unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora_A.weight", "PEFT"},
         {"lora_unet_down_blocks_0_resnets_0_conv1.hada_w1_a", "incomplete LoHa"},
         {"lora_unet_down_blocks_0_resnets_0_conv1.lokr_w1", "incomplete LoKr"},
-        {"lora_unet_down_blocks_0_resnets_0_conv1.dora_scale", "DoRA"},
+        {"lora_unet_down_blocks_0_resnets_0_conv1.dora_scale", "dora_scale without a LoRA module"},
+        {"lora_unet_down_blocks_0_resnets_0_conv1.wd_for_diff", "LyCORIS file of a kind"},
         {"lora_unet_down_blocks_0_resnets_0_conv1.oft_blocks", "LyCORIS file of a kind"}};
     for (const auto& [key, word] : cases) {
         const std::string e = refusal(safetensors({{key, "F32", {2, 32}}}));
@@ -454,6 +455,44 @@ TEST(LoraKeys, LycorisModulesThatDoNotFitAreRefused) {
     // A part that is not a matrix, and an empty one.
     EXPECT_NE(refusal(safetensors(parts(kQ, {{"lokr_w1", {16}}, {"lokr_w2", {8, 8}}}))).find("not a matrix"), std::string::npos);
     EXPECT_NE(refusal(safetensors(parts(kQ, {{"lokr_w1", {4, 0}}, {"lokr_w2", {8, 8}}}))).find("empty"), std::string::npos);
+}
+
+// A DoRA magnitude rides on any kind, one per output row or one per input column, with
+// the weight's dims; any other shape is refused naming both shapes it could have had.
+TEST(LoraKeys, DoraMagnitudesAreReadAlongTheirAxis) {
+    const auto file = sd::parse_lora(
+        safetensors(parts(kQ, {{"alpha", {}}, {"lora_down.weight", {4, 32}}, {"lora_up.weight", {32, 4}}, {"dora_scale", {1, 32}}}) +
+                    parts(kC, {{"hada_w1_a", {32, 2}}, {"hada_w1_b", {2, 288}}, {"hada_w2_a", {32, 2}},
+                               {"hada_w2_b", {2, 288}}, {"dora_scale", {32, 1, 1, 1}}}) +
+                    parts("lora_unet_down_blocks_0_attentions_0_proj_in",
+                          {{"lokr_w1", {4, 4}}, {"lokr_w2", {8, 8}}, {"dora_scale", {32, 1, 1, 1}}})),
+        "x", tiny());
+    const auto m = by_key(file);
+    ASSERT_EQ(m.size(), 3u);
+    EXPECT_EQ(m.at(kQ)->kind, sd::LoraKind::lora);
+    EXPECT_TRUE(m.at(kQ)->has("dora_scale"));
+    EXPECT_EQ(m.at(kQ)->rank, 4);
+    EXPECT_EQ(m.at(kC)->kind, sd::LoraKind::loha);
+    EXPECT_EQ(m.at("lora_unet_down_blocks_0_attentions_0_proj_in")->kind, sd::LoraKind::lokr);
+
+    EXPECT_EQ(sd::dora_axis({32, 1}, {32, 16}), 0);
+    EXPECT_EQ(sd::dora_axis({1, 16}, {32, 16}), 1);
+    EXPECT_EQ(sd::dora_axis({1, 16, 1, 1}, {32, 16, 3, 3}), 1);
+    EXPECT_EQ(sd::dora_axis({32, 1, 1, 1}, {32, 16, 3, 3}), 0);
+    for (const std::vector<int64_t>& bad : std::vector<std::vector<int64_t>>{{16, 1}, {1, 32}, {32}, {32, 16}, {32, 1, 1}, {1, 1}})
+        EXPECT_EQ(sd::dora_axis(bad, {32, 16}), -1) << bad.size();
+    EXPECT_EQ(sd::dora_axis({32, 1}, {32, 16, 1, 1}), -1);  // a conv's magnitude has the conv's dims
+
+    for (const auto& t : {parts(kQ, {{"lora_down.weight", {4, 32}}, {"lora_up.weight", {32, 4}}, {"dora_scale", {32, 32}}}),
+                          parts(kC, {{"lora_down.weight", {2, 32, 3, 3}}, {"lora_up.weight", {32, 2, 1, 1}}, {"dora_scale", {1, 32}}})}) {
+        const std::string e = refusal(safetensors(t));
+        EXPECT_NE(e.find("DoRA magnitude dora_scale"), std::string::npos) << e;
+        EXPECT_NE(e.find("per output"), std::string::npos) << e;
+    }
+    const std::string lone = refusal(safetensors(parts(kQ, {{"alpha", {}}, {"dora_scale", {1, 32}}})));
+    EXPECT_NE(lone.find("dora_scale without a LoRA module"), std::string::npos) << lone;
+    const std::string flat = refusal(safetensors(parts(kQ, {{"lora_down.weight", {4, 32}}, {"lora_up.weight", {32, 4}}, {"dora_scale", {32}}})));
+    EXPECT_NE(flat.find("not a matrix"), std::string::npos) << flat;
 }
 
 // A LoHa's two whole-size factors count twice in the largest change merging computes.
