@@ -162,18 +162,42 @@ std::vector<WeightEntry> parse_weight_header(const std::string& header, uint64_t
     return parse_header(header, file_size, path, use);
 }
 
-std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse use) {
+namespace {
+
+// A file's header text (its length checked against the file's size), and the size.
+std::string read_header_text(const std::string& path, uint64_t& size) {
     check_regular_file(path, "weights file");  // a FIFO or /dev/zero would block or spin
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     if (!f) throw Error("cannot read weights file " + path);
-    const auto size = static_cast<uint64_t>(f.tellg());
+    size = static_cast<uint64_t>(f.tellg());
     f.seekg(0);
     unsigned char len_bytes[8];
     if (size < 8 || !f.read(reinterpret_cast<char*>(len_bytes), 8)) throw corrupt(path, "shorter than its header");
     const uint64_t header_len = header_length(len_bytes, size, path);
     std::string header(header_len, '\0');
     if (!f.read(header.data(), static_cast<std::streamsize>(header_len))) throw corrupt(path, "cannot read its header");
+    return header;
+}
+
+}  // namespace
+
+std::vector<WeightEntry> read_weight_index(const std::string& path, WeightUse use) {
+    uint64_t size = 0;
+    const std::string header = read_header_text(path, size);
     return parse_header(header, size, path, use);
+}
+
+std::map<std::string, std::string> read_weight_metadata(const std::string& path) {
+    uint64_t size = 0;
+    const std::string header = read_header_text(path, size);
+    const nlohmann::json index = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+    if (index.is_discarded() || !index.is_object()) throw corrupt(path, "its header is not a JSON object");
+    std::map<std::string, std::string> out;
+    const auto m = index.find("__metadata__");
+    if (m == index.end() || !m->is_object()) return out;
+    for (const auto& item : m->items())
+        if (item.value().is_string()) out[item.key()] = item.value().get<std::string>();
+    return out;
 }
 
 std::vector<WeightEntry> parse_weight_index(const std::string& file_bytes, const std::string& path, WeightUse use) {

@@ -5,6 +5,7 @@
 // header; engine/stage_loader.cpp maps the tensors.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ std::vector<WeightEntry> parse_weight_header(const std::string& header, uint64_t
 // Bytes of one element of a safetensors dtype ("F64", "F32", "F16", "BF16",
 // "I64", "I32", "I16", "I8", "U8", "BOOL"); 0 for any other name.
 int dtype_size(const std::string& dtype);
+
+// A safetensors file's "__metadata__": its string entries (none when it has none).
+// The header is read with read_weight_index's bounds; throws sd::Error as it does
+// for a file whose header cannot be read or is not a JSON object.
+std::map<std::string, std::string> read_weight_metadata(const std::string& path);
 
 // "[320,4,3,3]": a shape as the one-line errors about weight files print it.
 std::string shape_text(const std::vector<int64_t>& shape);

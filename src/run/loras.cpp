@@ -12,6 +12,7 @@
 
 #include "io/lora_keys.h"
 #include "io/printable.h"
+#include "io/weight_file.h"
 #include "sd/error.h"
 
 namespace sd {
@@ -122,21 +123,51 @@ const std::map<std::string, std::vector<std::string>>& lora_files_below(const st
     return by_name;
 }
 
+// The same files by their alias: A1111 lists a LoRA under the name its trainer gave it
+// (kohya's metadata "ss_output_name") as well as its file name, and a prompt copied from
+// its pictures may use either. Read once a run, and only when a tag names no file; a
+// file whose header cannot be read has no alias (it is refused if a tag names it).
+const std::map<std::string, std::vector<std::string>>& lora_aliases_below(const std::string& dir) {
+    static std::map<std::string, std::map<std::string, std::vector<std::string>>> read;
+    if (auto it = read.find(dir); it != read.end()) return it->second;
+    auto& by_alias = read[dir];
+    for (const auto& [name, paths] : lora_files_below(dir)) {
+        for (const auto& p : paths) {
+            try {
+                const auto meta = read_weight_metadata(p);
+                const auto alias = meta.find("ss_output_name");
+                if (alias != meta.end() && !alias->second.empty()) by_alias[alias->second].push_back(p);
+            } catch (const Error&) {}
+        }
+    }
+    for (auto& [alias, paths] : by_alias) std::sort(paths.begin(), paths.end());
+    return by_alias;
+}
+
+Error several(const std::string& where, const std::string& name, const std::string& what,
+              const std::vector<std::string>& paths, const std::string& dir) {
+    return Error(where + ": <lora:" + printable(name) + "> " + what + " " + std::to_string(paths.size()) +
+                 " files below " + printable(dir) + " (" + printable(paths[0]) + ", " + printable(paths[1]) +
+                 (paths.size() > 2 ? ", ..." : "") + "); keep one, or give it with --lora");
+}
+
 // A tag's file: DIR/NAME.safetensors, else the one NAME.safetensors in DIR's subfolders
-// (A1111 finds a LoRA by its name anywhere below its LoRA folder); the first path when
-// there is none, for the caller's "does not exist".
+// (A1111 finds a LoRA by its name anywhere below its LoRA folder), else the one file
+// below DIR whose alias is NAME; the first path when there is none, for the caller's
+// "does not exist".
 std::string tag_file(const std::string& dir, const std::string& name, const std::string& where) {
     const std::string direct = (dir.back() == '/' ? dir : dir + "/") + name + ".safetensors";
     std::error_code ec;
     if (std::filesystem::exists(direct, ec)) return direct;
     const auto& below = lora_files_below(dir);
-    const auto it = below.find(name);
-    if (it == below.end()) return direct;
-    if (it->second.size() > 1)
-        throw Error(where + ": <lora:" + printable(name) + "> matches " + std::to_string(it->second.size()) +
-                    " files below " + printable(dir) + " (" + printable(it->second[0]) + ", " +
-                    printable(it->second[1]) + (it->second.size() > 2 ? ", ..." : "") +
-                    "); keep one, or give it with --lora");
+    if (const auto it = below.find(name); it != below.end()) {
+        if (it->second.size() > 1) throw several(where, name, "matches", it->second, dir);
+        return it->second[0];
+    }
+    const auto& aliases = lora_aliases_below(dir);
+    const auto it = aliases.find(name);
+    if (it == aliases.end()) return direct;
+    if (it->second.size() > 1) throw several(where, name, "is the alias (ss_output_name) of", it->second, dir);
     return it->second[0];
 }
 

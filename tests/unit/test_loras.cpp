@@ -78,6 +78,42 @@ TEST(LoraTags, FoundInSubfoldersOfTheLoraDir) {
     }
 }
 
+// A name no file has is looked up among the files' A1111 aliases (their "ss_output_name"):
+// a file name wins over an alias, an alias two files share is refused naming both, and
+// files whose header cannot be read are passed over.
+TEST(LoraTags, FoundByTheirAliasAfterTheirFileNames) {
+    const std::string dir = sdtest::temp_dir();
+    std::filesystem::create_directories(dir + "/sub");
+    const auto with_alias = [&](const std::string& file, const std::string& alias) {
+        std::string header = R"({"__metadata__":{"ss_output_name":")" + alias + R"(","ss_network_dim":"8"}})";
+        header.append((8 - header.size() % 8) % 8, ' ');
+        std::string len(8, '\0');
+        for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(header.size() >> (8 * i));
+        sdtest::write_text(dir + file, len + header);
+    };
+    with_alias("/sub/detail_v2-000010.safetensors", "add_detail");
+    with_alias("/ink.safetensors", "add_ink");
+    with_alias("/sub/add_ink.safetensors", "something_else");  // a file named add_ink wins over ink's alias
+    with_alias("/a.safetensors", "twin");
+    with_alias("/sub/b.safetensors", "twin");
+    sdtest::write_text(dir + "/sub/broken.safetensors", "not a safetensors file");
+    const auto path_of = [&](const std::string& tag) { return sd::prompt_loras("a " + tag, "p", dir, {}).at(0).path; };
+    EXPECT_EQ(path_of("<lora:add_detail:0.5>"), dir + "/sub/detail_v2-000010.safetensors");
+    EXPECT_EQ(sd::prompt_loras("<lora:add_detail>", "p", dir, {}).at(0).name, "add_detail");  // the PNG text's name
+    EXPECT_EQ(path_of("<lora:add_ink>"), dir + "/sub/add_ink.safetensors");
+    EXPECT_EQ(path_of("<lora:ink>"), dir + "/ink.safetensors");
+    EXPECT_EQ(path_of("<lora:nothing>"), dir + "/nothing.safetensors");  // left for "does not exist"
+    try {
+        sd::prompt_loras("<lora:twin>", "f.txt:4", dir, {});
+        ADD_FAILURE() << "two files with the alias twin";
+    } catch (const sd::Error& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(m.rfind("f.txt:4: <lora:twin> is the alias (ss_output_name) of 2 files below ", 0), 0u) << m;
+        EXPECT_NE(m.find("/a.safetensors"), std::string::npos) << m;
+        EXPECT_NE(m.find("sub/b.safetensors"), std::string::npos) << m;
+    }
+}
+
 TEST(LoraTags, BadTagsAreOneLineNamingThePrompt) {
     for (const char* p : {"<lora:x:abc>", "<lora::1>", "<lora:a/b:1>", "<lora:x:1:2:3>", "<lora:x:inf>"}) {
         try {

@@ -191,3 +191,25 @@ TEST(WeightIndex, EightBitWeightsComeWithTheirScales) {
         EXPECT_EQ(got.find('\n'), std::string::npos) << got;
     }
 }
+
+// A header's "__metadata__" strings (a LoRA's kohya alias), read within the header's bounds.
+TEST(WeightIndex, MetadataStringsAreRead) {
+    const std::string path = sdtest::temp_dir() + "/meta.safetensors";
+    const auto file_with = [&](std::string h) {
+        h.append((8 - h.size() % 8) % 8, ' ');
+        std::string f(8, '\0');
+        for (int i = 0; i < 8; ++i) f[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+        sdtest::write_text(path, f + h);
+        return path;
+    };
+    const auto m = sd::read_weight_metadata(
+        file_with(R"({"__metadata__":{"ss_output_name":"add_detail","ss_network_dim":"32","n":5,"o":{}}})"));
+    EXPECT_EQ(m, (std::map<std::string, std::string>{{"ss_output_name", "add_detail"}, {"ss_network_dim", "32"}}));
+    EXPECT_TRUE(sd::read_weight_metadata(file_with(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})")).empty());
+    EXPECT_TRUE(sd::read_weight_metadata(file_with(R"({"__metadata__":[1,2]})")).empty());
+    for (const std::string bad : {std::string("[1,2]"), std::string("{\"a\":"), std::string("not json")})
+        EXPECT_THROW(sd::read_weight_metadata(file_with(bad)), sd::Error) << bad;
+    sdtest::write_text(path, std::string("\xff\xff\xff\xff\xff\xff\xff\x00{}", 10));  // a header longer than the file
+    EXPECT_THROW(sd::read_weight_metadata(path), sd::Error);
+    EXPECT_THROW(sd::read_weight_metadata(sdtest::temp_dir()), sd::Error);  // a folder
+}
