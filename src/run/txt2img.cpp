@@ -18,6 +18,7 @@
 #include "run/batch_plan.h"
 #include "sd/error.h"
 #include "sd/loras.h"
+#include "text/prompt_weights.h"
 
 namespace sd {
 
@@ -427,7 +428,8 @@ std::vector<const PromptItem*> items_made(const RunPlan& plan, const std::vector
 // - a picture whose EXIF orientation tells viewers to turn or mirror it is used as
 //   stored, as the references' PIL reads it;
 // - a prompt's extra-network tags other than LoRA ones (a hypernetwork's, ...) are left
-//   out of the text, as A1111 leaves them out, but nothing applies them.
+//   out of the text, as A1111 leaves them out, but nothing applies them;
+// - A1111's prompt editing and alternation brackets are read as weighting.
 void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2ImgEvents& events, RunState& st) {
     if (!events.warning) return;
     for (const PromptItem* item : items) {
@@ -448,6 +450,14 @@ void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2I
                 events.warning(item->where + ": " + printable(tag) +
                                " is an A1111 extra network that this tool does not apply (only <lora:...> and "
                                "<lyco:...> are); it is left out of the prompt, as A1111 leaves it out");
+        for (const std::string* text : {&item->prompt, &item->negative_prompt})
+            for (const auto& b : scheduled_brackets(strip_network_tags(*text)))
+                if (st.tags_warned.insert(b.text).second)
+                    events.warning(item->where + ": " + printable(b.text) + " is A1111's prompt " +
+                                   (b.alternation ? "alternation ([A|B]: another text each step)"
+                                                  : "editing ([FROM:TO:WHEN]: the text changes at step WHEN)") +
+                                   ", which this tool does not apply: it reads the brackets as weighting (the text "
+                                   "inside at weight / 1.1), so the picture is not the one A1111 makes");
     }
 }
 

@@ -1,6 +1,7 @@
 #include "text/prompt_weights.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -132,6 +133,77 @@ std::vector<WeightedText> parse_prompt_weights(const std::string& p) {
     }
     if (merged.empty()) merged.push_back({"", 1.0, false});
     return merged;
+}
+
+namespace {
+
+// Whether s is lark's SIGNED_NUMBER (A1111's WHEN): [+-] then digits with an optional
+// fraction, or a fraction alone, and an optional exponent.
+bool is_signed_number(const std::string& s) {
+    size_t i = 0;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    const size_t int_from = i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    bool digits = i > int_from;
+    if (i < s.size() && s[i] == '.') {
+        const size_t frac_from = ++i;
+        while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+        digits = digits || i > frac_from;
+    }
+    if (!digits) return false;
+    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+        ++i;
+        if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+        const size_t exp_from = i;
+        while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+        if (i == exp_from) return false;
+    }
+    return i == s.size();
+}
+
+std::string trimmed(const std::string& s) {
+    const size_t b = s.find_first_not_of(" \t\n\r\f\v");
+    if (b == std::string::npos) return "";
+    return s.substr(b, s.find_last_not_of(" \t\n\r\f\v") - b + 1);
+}
+
+}  // namespace
+
+std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
+    std::vector<ScheduledBracket> out;
+    for (size_t open = 0; open < p.size(); ++open) {
+        if (p[open] == '\\') {
+            ++open;  // an escaped character
+            continue;
+        }
+        if (p[open] != '[') continue;
+        // Its closing bracket, and the content's top-level ':' and '|' (outside nested brackets).
+        int depth = 0;
+        size_t close = std::string::npos, last_colon = std::string::npos;
+        bool bar = false;
+        for (size_t i = open + 1; i < p.size() && close == std::string::npos; ++i) {
+            const char c = p[i];
+            if (c == '\\') {
+                ++i;
+            } else if (c == '[' || c == '(') {
+                ++depth;
+            } else if (c == ']' || c == ')') {
+                if (depth == 0 && c == ']') close = i;
+                depth = std::max(depth - 1, 0);
+            } else if (depth == 0 && c == ':') {
+                last_colon = i;
+            } else if (depth == 0 && c == '|') {
+                bar = true;
+            }
+        }
+        if (close == std::string::npos) continue;
+        const bool scheduled = last_colon != std::string::npos &&
+                               is_signed_number(trimmed(p.substr(last_colon + 1, close - last_colon - 1)));
+        if (!bar && !scheduled) continue;
+        out.push_back({p.substr(open, close - open + 1), bar && !scheduled});
+        open = close;  // the brackets inside it go with it
+    }
+    return out;
 }
 
 void check_prompt_weights(const std::string& prompt, const std::string& what) {

@@ -118,6 +118,27 @@ TEST(LoraBadInput, OtherExtraNetworkTagsAreLeftOutWithAWarning) {
     EXPECT_NE(sdtest::read_text(dir + "/text.npy"), sdtest::read_text(dir + "/plain.npy"));
 }
 
+// A1111's prompt editing and alternation are not applied: the run says so once per
+// bracket (prompt or negative prompt), even with --quiet; not for plain text or escapes.
+TEST(LoraBadInput, PromptEditingIsNamedInAWarning) {
+    const std::string dir = sdtest::temp_dir();
+    auto edited = sdtest::run(args(dir + "/e", {"--prompt", "a [cat:dog:0.5] [red|blue]", "--negative-prompt",
+                                                "[blurry::2] [cat:dog:0.5]"}));
+    ASSERT_EQ(edited.exit_code, 0) << edited.err;
+    const auto lines = sdtest::lines(edited.err);
+    ASSERT_EQ(lines.size(), 3u) << edited.err;
+    EXPECT_NE(lines[0].find("--prompt: [cat:dog:0.5] is A1111's prompt editing"), std::string::npos) << edited.err;
+    EXPECT_NE(lines[1].find("[red|blue] is A1111's prompt alternation"), std::string::npos) << edited.err;
+    EXPECT_NE(lines[2].find("[blurry::2] is A1111's prompt editing"), std::string::npos) << edited.err;
+    auto weighted = sdtest::run(args(dir + "/w", {"--prompt", "a [cat:dog:0.5] [red|blue]", "--negative-prompt",
+                                                  "[blurry::2] [cat:dog:0.5]", "--prompt-syntax", "plain"}));
+    ASSERT_EQ(weighted.exit_code, 0) << weighted.err;
+    EXPECT_TRUE(weighted.err.empty()) << weighted.err;  // plain text: the brackets are words, nothing to say
+    auto escaped = sdtest::run(args(dir + "/x", {"--prompt", "a \\[cat:dog:0.5\\] (red)"}));
+    ASSERT_EQ(escaped.exit_code, 0) << escaped.err;
+    EXPECT_TRUE(escaped.err.empty()) << escaped.err;
+}
+
 TEST(LoraBadInput, MissingFileNamedInPromptTag) {
     const std::string dir = sdtest::temp_dir();
     auto r = sdtest::run(args(dir, {"--prompt", "a cat <lora:nothere:0.7>", "--lora-dir", fixture_lora("")}));
