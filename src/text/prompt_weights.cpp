@@ -170,38 +170,50 @@ std::string trimmed(const std::string& s) {
 }  // namespace
 
 std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
-    std::vector<ScheduledBracket> out;
-    for (size_t open = 0; open < p.size(); ++open) {
-        if (p[open] == '\\') {
-            ++open;  // an escaped character
-            continue;
-        }
-        if (p[open] != '[') continue;
-        // Its closing bracket, and the content's top-level ':' and '|' (outside nested brackets).
-        int depth = 0;
-        size_t close = std::string::npos, last_colon = std::string::npos;
+    // One pass with a stack of open brackets (linear in the prompt, however many are left
+    // open): each '[' closed by a ']' gets its content's last top-level ':' and whether a
+    // top-level '|' is in it (outside brackets nested in it).
+    struct Open {
+        size_t at;
+        char kind;
+        size_t last_colon = std::string::npos;
         bool bar = false;
-        for (size_t i = open + 1; i < p.size() && close == std::string::npos; ++i) {
-            const char c = p[i];
-            if (c == '\\') {
-                ++i;
-            } else if (c == '[' || c == '(') {
-                ++depth;
-            } else if (c == ']' || c == ')') {
-                if (depth == 0 && c == ']') close = i;
-                depth = std::max(depth - 1, 0);
-            } else if (depth == 0 && c == ':') {
-                last_colon = i;
-            } else if (depth == 0 && c == '|') {
-                bar = true;
+    };
+    std::vector<Open> stack;
+    std::vector<std::pair<size_t, size_t>> found;  // [open, close] of each bracket A1111 schedules
+    std::vector<bool> alternation;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const char c = p[i];
+        if (c == '\\') {
+            ++i;  // an escaped character
+        } else if (c == '[' || c == '(') {
+            stack.push_back({i, c});
+        } else if ((c == ']' || c == ')') && !stack.empty()) {
+            const Open o = stack.back();
+            stack.pop_back();
+            if (o.kind != '[' || c != ']') continue;
+            const bool scheduled = o.last_colon != std::string::npos &&
+                                   is_signed_number(trimmed(p.substr(o.last_colon + 1, i - o.last_colon - 1)));
+            if (scheduled || o.bar) {
+                found.emplace_back(o.at, i);
+                alternation.push_back(!scheduled);
             }
+        } else if (!stack.empty() && c == ':') {
+            stack.back().last_colon = i;
+        } else if (!stack.empty() && c == '|') {
+            stack.back().bar = true;
         }
-        if (close == std::string::npos) continue;
-        const bool scheduled = last_colon != std::string::npos &&
-                               is_signed_number(trimmed(p.substr(last_colon + 1, close - last_colon - 1)));
-        if (!bar && !scheduled) continue;
-        out.push_back({p.substr(open, close - open + 1), bar && !scheduled});
-        open = close;  // the brackets inside it go with it
+    }
+    // Inner brackets close first: keep the outermost, in the prompt's order.
+    std::vector<size_t> order(found.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return found[a].first < found[b].first; });
+    std::vector<ScheduledBracket> out;
+    size_t covered = 0;  // the end of the last bracket kept
+    for (size_t k : order) {
+        if (!out.empty() && found[k].first < covered) continue;
+        out.push_back({p.substr(found[k].first, found[k].second - found[k].first + 1), alternation[k]});
+        covered = found[k].second + 1;
     }
     return out;
 }

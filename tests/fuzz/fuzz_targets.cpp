@@ -152,6 +152,14 @@ void prompt_weights(const uint8_t* data, size_t size) {
     for (const auto& tag : sd::unapplied_network_tags(prompt))
         require(tag.size() >= 4 && tag.front() == '<' && tag.back() == '>' && prompt.find(tag) != std::string::npos,
                 "a tag that is not a span of the prompt");
+    // A1111's schedule brackets: spans of the prompt, "[...]", in order, none inside another.
+    size_t after = 0;
+    for (const auto& b : sd::scheduled_brackets(prompt)) {
+        const size_t at = prompt.find(b.text, after);
+        require(b.text.size() >= 4 && b.text.front() == '[' && b.text.back() == ']' && at != std::string::npos,
+                "a schedule bracket that is not a later span of the prompt");
+        after = at + b.text.size();
+    }
     try {
         for (const auto& t : sd::find_lora_tags(prompt, "fuzz"))
             require(!t.name.empty() && std::isfinite(t.text_weight) && std::isfinite(t.unet_weight), "bad LoRA tag");
