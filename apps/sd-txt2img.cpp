@@ -380,7 +380,8 @@ void add_flags(CLI::App& app, Flags& f) {
     app.add_option("--lora", f.loras,
                    "merge a LoRA .safetensors: FILE[:WEIGHT] (repeatable, in order; weight 1 by default)");
     app.add_option("--lora-dir", job.lora_dir,
-                   "folder where a prompt's <lora:NAME:WEIGHT> tag finds NAME.safetensors (or in its subfolders)");
+                   "folder where a prompt's <lora:NAME:WEIGHT> tag finds NAME.safetensors (or in its subfolders, or "
+                   "the file whose A1111 alias, ss_output_name, is NAME)");
     // SDXL's size conditioning (docs/export.md "SDXL").
     app.add_option("--original-size", f.original_size,
                    "SDXL: the size the picture is said to come from, WIDTHxHEIGHT (default: the image size)");
