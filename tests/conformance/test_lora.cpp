@@ -438,3 +438,24 @@ TEST(DoraCli, FileFromLoraFlag) {
     args.insert(args.end(), {"--lora", path + ":1.0"});
     sdtest::check_cli_run(case_dir(kCases[0]), args, sdtest::temp_dir());
 }
+
+// 8-bit UNet layers (--weights q8) are narrowed from the merged fp32 weights: the stacked
+// case's LoRAs merged at run time give, under q8, the latents of the export that baked them
+// (export_model.py --lora) under q8, within fp32's rounding of the two merges; without
+// the LoRAs the latents are far from both.
+TEST(LoraQ8, RunTimeMergeMatchesTheBakedExport) {
+    const auto latents = [&](const std::string& model_dir, bool loras) {
+        const std::string out = sdtest::temp_dir();
+        auto args = case_args(kCases[2], model_dir);
+        if (loras) args = with_flags(args, kCases[2]);
+        args.insert(args.end(), {"--weights", "q8", "--save-latents", out + "/latents.npy"});
+        const auto r = sdtest::run(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return r.exit_code == 0 ? sdtest::load_tensor(out + "/latents.npy") : at::zeros({1});
+    };
+    const at::Tensor merged = latents(model(), true), baked = latents(sdtest::test_models() + "/tiny-lora-stacked", false),
+                     plain = latents(model(), false);
+    const double scale = baked.abs().max().item<double>();
+    EXPECT_LE(sdtest::max_abs_diff(merged, baked) / scale, 1e-3);
+    EXPECT_GT(sdtest::max_abs_diff(plain, baked) / scale, 0.1);
+}
