@@ -156,7 +156,7 @@ void prompt_weights(const uint8_t* data, size_t size) {
     size_t after = 0;
     for (const auto& b : sd::scheduled_brackets(prompt)) {
         const size_t at = prompt.find(b.text, after);
-        require(b.text.size() >= 4 && b.text.front() == '[' && b.text.back() == ']' && at != std::string::npos,
+        require(b.text.size() >= 3 && b.text.front() == '[' && b.text.back() == ']' && at != std::string::npos,
                 "a schedule bracket that is not a later span of the prompt");
         after = at + b.text.size();
     }

@@ -185,7 +185,7 @@ TEST(ScheduledBrackets, EditingAndAlternationAreFound) {
     };
     using V = std::vector<std::string>;
     EXPECT_EQ(found("a [cat:dog:0.5] on [grass: 10 ], [snow::3] x"), (V{"[cat:dog:0.5]", "[grass: 10 ]", "[snow::3]"}));
-    EXPECT_EQ(found("[red|green|blue] and [a|]"), (V{"[red|green|blue] |", "[a|] |"}));
+    EXPECT_EQ(found("[red|green|blue] and [a|] [|] [:1]"), (V{"[red|green|blue] |", "[a|] |", "[|] |", "[:1]"}));
     EXPECT_EQ(found("[(a:1.2):[b|c]:-.5e1]"), (V{"[(a:1.2):[b|c]:-.5e1]"}));  // the outer one holds the inner
     EXPECT_EQ(found("[a [b:c:1]]"), (V{"[b:c:1]"}));
     EXPECT_EQ(found("[x:(y:1.5)]"), (V{}));  // the number is inside the parentheses
