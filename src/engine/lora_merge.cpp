@@ -1,5 +1,6 @@
 #include "engine/lora_merge.h"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 
@@ -61,10 +62,22 @@ at::Tensor delta_of(const std::map<std::string, at::Tensor>& p, const LoraModule
             d = p.count("mid") ? cp_product(p.at("mid"), p.at("up").flatten(1).t(), p.at("down").flatten(1))
                                : p.at("up").flatten(1).mm(p.at("down").flatten(1));
             break;
-        case LoraKind::loha:
+        case LoraKind::loha: {
             d = factor(p, "hada_w1_a", "hada_w1_b", "hada_t1").reshape(shape);
-            d.mul_(factor(p, "hada_w2_a", "hada_w2_b", "hada_t2").reshape(shape));
+            if (p.count("hada_t2")) {
+                d.mul_(factor(p, "hada_w2_a", "hada_w2_b", "hada_t2").reshape(shape));
+                break;
+            }
+            // The second product a few rows at a time, so that only one whole-size factor is held.
+            const at::Tensor a = p.at("hada_w2_a").flatten(1), b = p.at("hada_w2_b").flatten(1);
+            at::Tensor rows = d.view({a.size(0), -1});
+            const int64_t step = std::max<int64_t>(1, kLohaRowChunkBytes / 4 / std::max<int64_t>(1, b.size(1)));
+            for (int64_t r = 0; r < a.size(0); r += step) {
+                const int64_t n = std::min(step, a.size(0) - r);
+                rows.narrow(0, r, n).mul_(a.narrow(0, r, n).mm(b));
+            }
             break;
+        }
         case LoraKind::lokr: {
             at::Tensor w1 = p.count("lokr_w1") ? p.at("lokr_w1") : p.at("lokr_w1_a").mm(p.at("lokr_w1_b"));
             const at::Tensor w2 = p.count("lokr_w2") ? p.at("lokr_w2") : factor(p, "lokr_w2_a", "lokr_w2_b", "lokr_t2");

@@ -622,8 +622,11 @@ LoraFootprint lora_footprint(const std::vector<const LoraFile*>& files, const st
             for (int64_t d : it->second->shape) bytes *= static_cast<double>(d);
             if (seen.insert(m.param).second) f.touched += bytes;
             f.largest_param = std::max(f.largest_param, bytes);
-            // A LoHa's two factors are whole-size at once (lora_merge.cpp), the other kinds' one product.
-            f.largest = std::max(f.largest, bytes * (m.kind == LoraKind::loha ? 2 : 1));
+            // A LoHa's two factors are whole-size at once when the second is a CP product; a plain
+            // second product goes a few rows at a time (lora_merge.cpp); the other kinds' one product.
+            const bool cp_loha = m.kind == LoraKind::loha && m.has("hada_t2");
+            const bool loha = m.kind == LoraKind::loha && !cp_loha;
+            f.largest = std::max(f.largest, bytes * (cp_loha ? 2 : 1) + (loha ? kLohaRowChunkBytes : 0));
         }
     }
     return f;

@@ -76,9 +76,14 @@ LoraFile read_lora(const std::string& path, const LoraTargets& targets);
 // The same on a whole file in memory (the fuzz harness and the unit tests).
 LoraFile parse_lora(const std::string& file_bytes, const std::string& path, const LoraTargets& targets);
 
+// A LoHa's second product (w2_a @ w2_b) is multiplied into the first this many bytes
+// of rows at a time (lora_merge.cpp), so only one of its whole-size factors is held.
+constexpr int64_t kLohaRowChunkBytes = 1 << 20;
+
 // What merging costs one stage in memory (docs/memory.md): every parameter a
 // LoRA changes gets a new fp32 tensor (touched), and the largest change is
-// computed beside its copy (largest: twice its size for a LoHa's two factors); bytes.
+// computed beside its copy (largest: twice its size for a LoHa whose second
+// factor is a CP product, plus a row chunk for the other LoHas); bytes.
 struct LoraFootprint {
     double touched = 0, largest = 0;
     double largest_param = 0;  // the largest changed parameter's fp32 bytes

@@ -319,6 +319,31 @@ TEST(LycorisMerge, DeltasFollowTheirFormulas) {
     }
 }
 
+// A plain LoHa's second product is multiplied in a row chunk at a time (kLohaRowChunkBytes):
+// on a [2048, 1024] layer that is 8 chunks of 256 rows, and the result is the whole formula.
+TEST(LycorisMerge, LohaSecondProductInRowChunks) {
+    c10::InferenceMode guard;
+    at::manual_seed(3);
+    const std::string q = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+    sd::WeightEntry target;
+    target.name = "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight";
+    target.dtype = "F32";
+    target.shape = {2048, 1024};
+    ASSERT_GT(target.shape[0], 2 * sd::kLohaRowChunkBytes / 4 / target.shape[1]) << "more than two chunks";
+    const at::Tensor a1 = at::randn({2048, 4}), b1 = at::randn({4, 1024}), a2 = at::randn({2048, 3}), b2 = at::randn({3, 1024});
+    const std::string path = sdtest::temp_dir() + "/loha_big.safetensors";
+    sdtest::write_f32_safetensors(path, {{q + ".alpha", at::full({}, 2.0)}, {q + ".hada_w1_a", a1}, {q + ".hada_w1_b", b1},
+                                         {q + ".hada_w2_a", a2}, {q + ".hada_w2_b", b2}});
+    sd::LoraTargets targets;
+    targets.unet = {target};
+    const auto file = sd::read_lora(path, targets);
+    ASSERT_EQ(file.modules.size(), 1u);
+    const at::Tensor got = sd::lora_delta(file, file.modules[0], {2048, 1024}).to(at::kDouble);
+    const auto d = [](const at::Tensor& x) { return x.to(at::kDouble); };
+    const at::Tensor want = d(a1).mm(d(b1)) * d(a2).mm(d(b2)) * (2.0 / 4);
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>());
+}
+
 // A rewritten lora_a through the CLI: --lora with a LoHa file gives the case's image.
 TEST(LycorisCli, LohaFileFromLoraFlag) {
     auto args = case_args(kCases[0], model());

@@ -495,15 +495,20 @@ TEST(LoraKeys, DoraMagnitudesAreReadAlongTheirAxis) {
     EXPECT_NE(flat.find("not a matrix"), std::string::npos) << flat;
 }
 
-// A LoHa's two whole-size factors count twice in the largest change merging computes.
-TEST(LoraKeys, FootprintCountsLohaFactorsTwice) {
+// A LoHa's second product goes into the first a row chunk at a time: one whole-size factor
+// and a chunk; with a CP second factor both whole-size factors count.
+TEST(LoraKeys, FootprintCountsLohaFactors) {
     const auto loha = sd::parse_lora(
         safetensors(parts(kQ, {{"hada_w1_a", {32, 4}}, {"hada_w1_b", {4, 32}}, {"hada_w2_a", {32, 2}}, {"hada_w2_b", {2, 32}}})),
         "x", tiny());
+    const auto cp = sd::parse_lora(safetensors(parts(kC, {{"hada_w1_a", {32, 2}}, {"hada_w1_b", {2, 288}}, {"hada_t2", {2, 2, 3, 3}},
+                                                          {"hada_w2_a", {2, 32}}, {"hada_w2_b", {2, 32}}})),
+                                   "x", tiny());
     const auto lora = sd::parse_lora(safetensors(module(kQ, {4, 32}, {32, 4})), "x", tiny());
     const auto fl = sd::lora_footprint({&lora}, tiny().unet, "unet"), fh = sd::lora_footprint({&loha}, tiny().unet, "unet");
     EXPECT_DOUBLE_EQ(fl.touched, 32 * 32 * 4);
     EXPECT_DOUBLE_EQ(fh.touched, fl.touched);
-    EXPECT_DOUBLE_EQ(fh.largest, 2 * fl.largest);
+    EXPECT_DOUBLE_EQ(fh.largest, fl.largest + sd::kLohaRowChunkBytes);
     EXPECT_DOUBLE_EQ(sd::lora_footprint({&lora, &loha}, tiny().unet, "unet").largest, fh.largest);  // stacked after a LoRA too
+    EXPECT_DOUBLE_EQ(sd::lora_footprint({&cp}, tiny().unet, "unet").largest, 2 * 32 * 32 * 9 * 4);
 }
