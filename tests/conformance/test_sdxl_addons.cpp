@@ -293,6 +293,59 @@ TEST(SdxlLoraKeys, EveryModuleOfTheFixturesMaps) {
     }
 }
 
+// xl_lora_a with a DoRA magnitude for every module it changes, u times the norms of its
+// merged weight per output row (u random in [0.5, 1.5]), merges to that weight times u in
+// the UNet and both text encoders: DoRA through SDXL's names and stages.
+TEST(SdxlLycoris, DoraOfXlLoraARescalesItsMerge) {
+    c10::InferenceMode guard;
+    at::manual_seed(13);
+    sd::LoraTargets t;
+    const std::string m = model("st");
+    t.unet = sd::read_weight_index(m + "/unet.weights");
+    t.text_encoder = sd::read_weight_index(m + "/text_encoder.weights");
+    t.text_encoder_2 = sd::read_weight_index(m + "/text_encoder_2.weights");
+    const std::string lora = lora_dir() + "/xl_lora_a.safetensors";
+    const auto merged = [&](const std::string& file, const std::string& stage) {
+        const std::vector<sd::LoraMerge> merges = {{sd::read_lora(file, t), 1.0, 1.0}};
+        std::map<std::string, at::Tensor> out;
+        auto s = sd::load_stage(m + "/" + stage + ".pt", at::kFloat, c10::kCPU, nullptr,
+                                [&](torch::jit::Module& x) { sd::merge_loras(x, stage, merges); });
+        for (const auto& p : s.named_parameters(true)) out[p.name] = p.value;
+        return out;
+    };
+    const auto plain = sd::read_lora(lora, t);
+    auto tensors = sdtest::read_f32_safetensors(lora);
+    std::map<std::string, at::Tensor> want;  // stage:param -> the merged weight times u
+    for (const std::string stage : {"unet", "text_encoder", "text_encoder_2"}) {
+        const auto w = merged(lora, stage);
+        for (const auto& mod : plain.modules) {
+            if (mod.stage != stage) continue;
+            const at::Tensor& weight = w.at(mod.param);
+            std::vector<int64_t> rest;
+            for (int64_t d = 1; d < weight.dim(); ++d) rest.push_back(d);
+            const at::Tensor norm = at::linalg_vector_norm(weight, 2, rest, /*keepdim=*/true);
+            const at::Tensor u = at::rand(norm.sizes()) + 0.5;
+            tensors.emplace_back(mod.key + ".dora_scale", norm * u);
+            want[stage + ":" + mod.param] = weight * u;
+        }
+    }
+    const std::string file = sdtest::temp_dir() + "/xl_dora.safetensors";
+    sdtest::write_f32_safetensors(file, tensors);
+    size_t checked = 0;
+    for (const std::string stage : {"unet", "text_encoder", "text_encoder_2"}) {
+        size_t in_stage = 0;
+        for (const auto& [name, w] : merged(file, stage)) {
+            const auto it = want.find(stage + ":" + name);
+            if (it == want.end()) continue;
+            ++checked, ++in_stage;
+            EXPECT_LE((w - it->second).abs().max().item<double>(), 1e-6 * it->second.abs().max().item<double>())
+                << stage << " " << name;
+        }
+        EXPECT_GT(in_stage, 0u) << stage;
+    }
+    EXPECT_EQ(checked, want.size());
+}
+
 // xl_lora_a written again as a LyCORIS LoHa and LoKr (the same change, conformance_util.h)
 // merges into the UNet and both text encoders exactly as xl_lora_a does: the LyCORIS kinds
 // go through SDXL's key mapping, both text encoders and the layers the export leaves out.
