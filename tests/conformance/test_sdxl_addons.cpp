@@ -235,16 +235,34 @@ TEST(SdxlSchedules, LeadingAndTrailingAreDiffusersOnSdxlToo) {
         EXPECT_FALSE(at::equal(run(sampler, "default", true), run(sampler, "default", false))) << sampler;
 }
 
+namespace {
+
+// The parameters a LoRA may change in the SDXL st export.
+sd::LoraTargets xl_targets() {
+    const std::string m = model("st");
+    return {sd::read_weight_index(m + "/unet.weights"), sd::read_weight_index(m + "/text_encoder.weights"),
+            sd::read_weight_index(m + "/text_encoder_2.weights")};
+}
+
+// Every parameter of one stage of the st export with `file` merged at multiplier w ("": none).
+std::map<std::string, at::Tensor> xl_merged(const std::string& file, const std::string& stage, double w) {
+    std::vector<sd::LoraMerge> merges;
+    if (!file.empty()) merges.push_back({sd::read_lora(file, xl_targets()), w, w});
+    std::map<std::string, at::Tensor> out;
+    auto s = sd::load_stage(model("st") + "/" + stage + ".pt", at::kFloat, c10::kCPU, nullptr,
+                            [&](torch::jit::Module& x) { sd::merge_loras(x, stage, merges); });
+    for (const auto& p : s.named_parameters(true)) out[p.name] = p.value;
+    return out;
+}
+
+}  // namespace
+
 // Every module of the three files maps to a parameter of the exported model
 // (the README's table: SGM block names, diffusers block names, the diffusers
 // format; both text encoders), none is left over, and the ones the export does
 // not build (CLIP-L's last layer, unused by SDXL) change nothing.
 TEST(SdxlLoraKeys, EveryModuleOfTheFixturesMaps) {
-    sd::LoraTargets t;
-    const std::string m = model("st");
-    t.unet = sd::read_weight_index(m + "/unet.weights");
-    t.text_encoder = sd::read_weight_index(m + "/text_encoder.weights");
-    t.text_encoder_2 = sd::read_weight_index(m + "/text_encoder_2.weights");
+    const sd::LoraTargets t = xl_targets();
     struct Want {
         const char* file;
         size_t unet, te1, te2;
@@ -299,21 +317,9 @@ TEST(SdxlLoraKeys, EveryModuleOfTheFixturesMaps) {
 TEST(SdxlLycoris, DoraOfXlLoraARescalesItsMerge) {
     c10::InferenceMode guard;
     at::manual_seed(13);
-    sd::LoraTargets t;
-    const std::string m = model("st");
-    t.unet = sd::read_weight_index(m + "/unet.weights");
-    t.text_encoder = sd::read_weight_index(m + "/text_encoder.weights");
-    t.text_encoder_2 = sd::read_weight_index(m + "/text_encoder_2.weights");
     const std::string lora = lora_dir() + "/xl_lora_a.safetensors";
-    const auto merged = [&](const std::string& file, const std::string& stage) {
-        const std::vector<sd::LoraMerge> merges = {{sd::read_lora(file, t), 1.0, 1.0}};
-        std::map<std::string, at::Tensor> out;
-        auto s = sd::load_stage(m + "/" + stage + ".pt", at::kFloat, c10::kCPU, nullptr,
-                                [&](torch::jit::Module& x) { sd::merge_loras(x, stage, merges); });
-        for (const auto& p : s.named_parameters(true)) out[p.name] = p.value;
-        return out;
-    };
-    const auto plain = sd::read_lora(lora, t);
+    const auto merged = [](const std::string& file, const std::string& stage) { return xl_merged(file, stage, 1.0); };
+    const auto plain = sd::read_lora(lora, xl_targets());
     auto tensors = sdtest::read_f32_safetensors(lora);
     std::map<std::string, at::Tensor> want;  // stage:param -> the merged weight times u
     for (const std::string stage : {"unet", "text_encoder", "text_encoder_2"}) {
@@ -351,21 +357,9 @@ TEST(SdxlLycoris, DoraOfXlLoraARescalesItsMerge) {
 // go through SDXL's key mapping, both text encoders and the layers the export leaves out.
 TEST(SdxlLycoris, LohaAndLokrOfXlLoraAMergeAsItDoes) {
     c10::InferenceMode guard;
-    sd::LoraTargets t;
-    const std::string m = model("st");
-    t.unet = sd::read_weight_index(m + "/unet.weights");
-    t.text_encoder = sd::read_weight_index(m + "/text_encoder.weights");
-    t.text_encoder_2 = sd::read_weight_index(m + "/text_encoder_2.weights");
+    const sd::LoraTargets t = xl_targets();
     const std::string lora = lora_dir() + "/xl_lora_a.safetensors";
-    const auto merged = [&](const std::string& file, const std::string& stage) {
-        std::vector<sd::LoraMerge> merges;
-        if (!file.empty()) merges.push_back({sd::read_lora(file, t), 0.7, 0.7});
-        std::map<std::string, at::Tensor> out;
-        auto s = sd::load_stage(m + "/" + stage + ".pt", at::kFloat, c10::kCPU, nullptr,
-                                [&](torch::jit::Module& x) { sd::merge_loras(x, stage, merges); });
-        for (const auto& p : s.named_parameters(true)) out[p.name] = p.value;
-        return out;
-    };
+    const auto merged = [](const std::string& file, const std::string& stage) { return xl_merged(file, stage, 0.7); };
     for (const std::string kind : {"loha", "lokr"}) {
         const std::string file = sdtest::lora_as_lycoris(lora, kind, sdtest::temp_dir() + "/xl_" + kind + ".safetensors");
         EXPECT_EQ(sd::read_lora(file, t).modules.size(), sd::read_lora(lora, t).modules.size()) << kind;

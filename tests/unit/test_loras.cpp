@@ -52,6 +52,21 @@ TEST(LoraTags, StrippedFromTheTextTheEncoderSees) {
     EXPECT_TRUE(sd::find_lora_tags("<hypernet:a <lora:b:1> c", "p").empty());
 }
 
+namespace {
+
+// The one-line refusal of a prompt (line 2 of f.txt) whose tag names a LoRA below dir; "" if none.
+std::string tag_refusal(const std::string& prompt, const std::string& dir) {
+    try {
+        sd::prompt_loras(prompt, "f.txt:2", dir, {});
+    } catch (const sd::Error& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << prompt << " was not refused";
+    return "";
+}
+
+}  // namespace
+
 // A tag finds NAME.safetensors in --lora-dir, else in its subfolders, as A1111 does; a name
 // two files below it share is refused naming both, and one in the folder itself wins.
 TEST(LoraTags, FoundInSubfoldersOfTheLoraDir) {
@@ -67,15 +82,10 @@ TEST(LoraTags, FoundInSubfoldersOfTheLoraDir) {
     EXPECT_EQ(path_of("<lora:top>"), dir + "/top.safetensors");
     EXPECT_EQ(path_of("<lora:none>"), dir + "/none.safetensors");  // left for "does not exist"
     EXPECT_EQ(path_of("<lora:note>"), dir + "/note.safetensors");
-    try {
-        sd::prompt_loras("<lora:twin>", "f.txt:2", dir, {});
-        ADD_FAILURE() << "two files named twin";
-    } catch (const sd::Error& e) {
-        const std::string m = e.what();
-        EXPECT_EQ(m.rfind("f.txt:2: <lora:twin> matches 2 files below ", 0), 0u) << m;
-        EXPECT_NE(m.find("chars/twin.safetensors"), std::string::npos) << m;
-        EXPECT_NE(m.find("style/old/twin.safetensors"), std::string::npos) << m;
-    }
+    const std::string m = tag_refusal("<lora:twin>", dir);
+    EXPECT_EQ(m.rfind("f.txt:2: <lora:twin> matches 2 files below ", 0), 0u) << m;
+    EXPECT_NE(m.find("chars/twin.safetensors"), std::string::npos) << m;
+    EXPECT_NE(m.find("style/old/twin.safetensors"), std::string::npos) << m;
 }
 
 // A name no file has is looked up among the files' A1111 aliases (their "ss_output_name"):
@@ -103,15 +113,10 @@ TEST(LoraTags, FoundByTheirAliasAfterTheirFileNames) {
     EXPECT_EQ(path_of("<lora:add_ink>"), dir + "/sub/add_ink.safetensors");
     EXPECT_EQ(path_of("<lora:ink>"), dir + "/ink.safetensors");
     EXPECT_EQ(path_of("<lora:nothing>"), dir + "/nothing.safetensors");  // left for "does not exist"
-    try {
-        sd::prompt_loras("<lora:twin>", "f.txt:4", dir, {});
-        ADD_FAILURE() << "two files with the alias twin";
-    } catch (const sd::Error& e) {
-        const std::string m = e.what();
-        EXPECT_EQ(m.rfind("f.txt:4: <lora:twin> is the alias (ss_output_name) of 2 files below ", 0), 0u) << m;
-        EXPECT_NE(m.find("/a.safetensors"), std::string::npos) << m;
-        EXPECT_NE(m.find("sub/b.safetensors"), std::string::npos) << m;
-    }
+    const std::string m = tag_refusal("<lora:twin>", dir);
+    EXPECT_EQ(m.rfind("f.txt:2: <lora:twin> is the alias (ss_output_name) of 2 files below ", 0), 0u) << m;
+    EXPECT_NE(m.find("/a.safetensors"), std::string::npos) << m;
+    EXPECT_NE(m.find("sub/b.safetensors"), std::string::npos) << m;
 }
 
 TEST(LoraTags, BadTagsAreOneLineNamingThePrompt) {
