@@ -429,7 +429,8 @@ std::vector<const PromptItem*> items_made(const RunPlan& plan, const std::vector
 //   stored, as the references' PIL reads it;
 // - a prompt's extra-network tags other than LoRA ones (a hypernetwork's, ...) are left
 //   out of the text, as A1111 leaves them out, but nothing applies them;
-// - A1111's prompt editing and alternation brackets are read as weighting.
+// - A1111's prompt editing and alternation brackets are read as weighting, and its AND
+//   as a word.
 void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2ImgEvents& events, RunState& st) {
     if (!events.warning) return;
     for (const PromptItem* item : items) {
@@ -458,6 +459,12 @@ void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2I
                                                   : "editing ([FROM:TO:WHEN]: the text changes at step WHEN)") +
                                    ", which this tool does not apply: it reads the brackets as weighting (the text "
                                    "inside at weight / 1.1), so the picture is not the one A1111 makes");
+        // A1111 splits the prompt at AND, not the negative prompt.
+        if (has_composable_and(strip_network_tags(item->prompt)) && st.tags_warned.insert("AND " + item->where).second)
+            events.warning(item->where +
+                           ": AND is A1111's composable prompt (each part its own conditioning, combined), which "
+                           "this tool does not apply: it reads AND as a word, so the picture is not the one A1111 "
+                           "makes");
     }
 }
 

@@ -218,6 +218,14 @@ std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
     return out;
 }
 
+bool has_composable_and(const std::string& p) {
+    // Python's \b: a word character on one side only (ASCII letters, digits, '_', and any
+    // non-ASCII letter, which is_word approximates by the byte).
+    for (size_t at = p.find("AND"); at != std::string::npos; at = p.find("AND", at + 1))
+        if ((at == 0 || !is_word(p[at - 1])) && (at + 3 == p.size() || !is_word(p[at + 3]))) return true;
+    return false;
+}
+
 void check_prompt_weights(const std::string& prompt, const std::string& what) {
     for (const auto& part : parse_prompt_weights(prompt)) {
         if (part.is_break || std::isfinite(static_cast<float>(part.weight))) continue;

@@ -47,6 +47,11 @@ struct ScheduledBracket {
 };
 std::vector<ScheduledBracket> scheduled_brackets(const std::string& prompt);
 
+// Whether A1111 splits this (positive) prompt at AND, a word of its own (its \bAND\b),
+// into prompts whose conditionings it combines (composable diffusion); this tool reads
+// AND as a word. For a warning.
+bool has_composable_and(const std::string& prompt);
+
 struct PromptSyntax {
     bool long_prompts = true;  // more than 75 tokens: more chunks (else: truncated to one)
     bool weighting = true;     // A1111 weights and BREAK (else: the prompt is plain text)

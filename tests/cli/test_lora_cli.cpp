@@ -137,6 +137,14 @@ TEST(LoraBadInput, PromptEditingIsNamedInAWarning) {
     auto escaped = sdtest::run(args(dir + "/x", {"--prompt", "a \\[cat:dog:0.5\\] (red)"}));
     ASSERT_EQ(escaped.exit_code, 0) << escaped.err;
     EXPECT_TRUE(escaped.err.empty()) << escaped.err;
+    // A1111's composable AND, in the prompt only (A1111 does not split the negative prompt).
+    auto composed = sdtest::run(args(dir + "/a", {"--prompt", "a cat AND a dog", "--negative-prompt", "fog AND rain"}));
+    ASSERT_EQ(composed.exit_code, 0) << composed.err;
+    ASSERT_EQ(sdtest::lines(composed.err).size(), 1u) << composed.err;
+    EXPECT_NE(composed.err.find("--prompt: AND is A1111's composable prompt"), std::string::npos) << composed.err;
+    auto negative = sdtest::run(args(dir + "/n", {"--prompt", "a cat and a dog", "--negative-prompt", "fog AND rain"}));
+    ASSERT_EQ(negative.exit_code, 0) << negative.err;
+    EXPECT_TRUE(negative.err.empty()) << negative.err;
 }
 
 TEST(LoraBadInput, MissingFileNamedInPromptTag) {

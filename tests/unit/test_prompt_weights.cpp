@@ -193,3 +193,11 @@ TEST(ScheduledBrackets, EditingAndAlternationAreFound) {
                              "(a|b)", "a | b", "[a:b:1x]"})
         EXPECT_EQ(found(none), V{}) << none;
 }
+
+// A1111's composable AND: the word alone, as its \bAND\b finds it.
+TEST(ScheduledBrackets, ComposableAndIsTheWordAlone) {
+    for (const char* yes : {"a cat AND a dog", "AND", "cat AND", "(AND)", "x,AND:1.2", "a\tAND\nb"})
+        EXPECT_TRUE(sd::has_composable_and(yes)) << yes;
+    for (const char* no : {"a cat and a dog", "ANDROID", "BRANDS", "AND_x", "x_AND", "And", "\xc3\xa9" "AND"})
+        EXPECT_FALSE(sd::has_composable_and(no)) << no;
+}
