@@ -459,12 +459,12 @@ void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2I
                                                   : "editing ([FROM:TO:WHEN]: the text changes at step WHEN)") +
                                    ", which this tool does not apply: it reads the brackets as weighting (the text "
                                    "inside at weight / 1.1), so the picture is not the one A1111 makes");
-        // A1111 splits the prompt at AND, not the negative prompt.
-        if (has_composable_and(strip_network_tags(item->prompt)) && st.tags_warned.insert("AND " + item->where).second)
+        // A1111 splits the prompt at AND, not the negative prompt. Once a run: the first line that has it.
+        if (has_composable_and(strip_network_tags(item->prompt)) && st.tags_warned.insert("AND").second)
             events.warning(item->where +
                            ": AND is A1111's composable prompt (each part its own conditioning, combined), which "
                            "this tool does not apply: it reads AND as a word, so the picture is not the one A1111 "
-                           "makes");
+                           "makes (said once a run)");
     }
 }
 
