@@ -251,7 +251,7 @@ def export(args):
         random_init(modules, args.seed, None if args.lora else dtype)
         source = f"random-init (seed {args.seed})"
 
-    loras = bake_loras(modules, [parse_lora_arg(a) for a in args.lora]) if args.lora else []
+    loras = bake_loras(modules, [parse_lora_arg(a) for a in args.lora], dtype) if args.lora else []
     # --dtype q8_0: the UNet's layers in 8-bit blocks, every other weight float32 (as --weights q8 holds them).
     scales = {"unet": q8.narrow_module(modules["unet"], gguf_blocks)} if args.dtype == "q8_0" else None
 

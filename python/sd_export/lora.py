@@ -324,7 +324,8 @@ def read_lora(path, table, modules):
             if "dora_scale" in shapes and dora_axis(shapes["dora_scale"], w) is None:
                 raise ExportError(f"LoRA file {path} does not fit this model: {module} has a DoRA magnitude "
                                   f"dora_scale {list(shapes['dora_scale'])}; {stage} {name} is {list(w)} here, which "
-                                  f"needs one per output {list(dora_shape(w, 0))} or per input {list(dora_shape(w, 1))}")
+                                  f"needs one per output {list(dora_shape(w, 0))} or per input "
+                                  f"{list(dora_shape(w, 1))}")
             if kind == "lora" and "mid" not in p:
                 _check_fit(path, module, stage, name, tuple(param.shape), shapes["down"], shapes["up"])
             elif not _lycoris_fits(kind, shapes, tuple(param.shape)):
@@ -363,15 +364,28 @@ def short_hash(path):
     return h.hexdigest()[:12]
 
 
-def bake_loras(modules, loras):
-    """Merges each (path, weight) into the modules' fp32 weights, in order; returns what model.json records."""
+def bake_loras(modules, loras, dtype=None):
+    """Merges each (path, weight) into the modules' fp32 weights, in order; returns what model.json records.
+    A merged weight past fp32's range, or past fp16's when the export is `dtype` float16, is refused naming
+    the file (it would be Inf in the export, and NaN pictures)."""
     import torch
     table = target_table(modules)
     record = []
+    changed = {}  # (stage, name) -> (param, the last file that changed it)
     with torch.no_grad():
         for path, weight in loras:
-            for _key, _stage, _name, param, kind, tensors, scale in read_lora(path, table, modules):
+            for key, stage, name, param, kind, tensors, scale in read_lora(path, table, modules):
                 param.copy_(merge(param.float(), kind, tensors, scale, weight))
+                if not torch.isfinite(param).all():
+                    raise ExportError(f"LoRA file {path}: merging {key} at weight {weight:g} into {stage} {name} gives "
+                                      "values beyond fp32's range (its tensors or the weight are far too large)")
+                changed[(stage, name)] = (param, path)
             name = re.sub(r"\.safetensors$", "", os.path.basename(path))
             record.append({"name": name, "weight": weight, "hash": short_hash(path)})
+        if dtype == torch.float16:
+            for (stage, name), (param, path) in changed.items():
+                if not torch.isfinite(param.half()).all():
+                    raise ExportError(f"LoRA file {path}: the merged {stage} {name} holds values beyond fp16's range "
+                                      f"(largest {float(param.abs().max()):g}); export with --dtype float32 or lower "
+                                      "the LoRA's weight")
     return record

@@ -1,8 +1,10 @@
 #include "engine/lora_merge.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "engine/addon_weights.h"
 #include "engine/tensor_file.h"
@@ -45,6 +47,15 @@ at::Tensor factor(const std::map<std::string, at::Tensor>& p, const std::string&
                   const std::string& t) {
     if (p.count(t)) return cp_product(p.at(t), p.at(a), p.at(b));
     return p.at(a).flatten(1).mm(p.at(b).flatten(1));
+}
+
+// Whether every value of t is finite: its sum in double is (one pass, no copy of t).
+bool finite_sum(const at::Tensor& t) { return std::isfinite(t.sum(at::kDouble).item<double>()); }
+
+std::string number(double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
 }
 
 struct Change {
@@ -134,10 +145,23 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
         if (it == changes.end()) continue;
         // A copy: the original may be the mapped file's bytes (fp32) or fp16.
         at::Tensor w = p.value.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-        for (const auto& c : it->second)
-            if (c.weight != 0) apply_lora(w, *c.file, *c.module, c.weight);
+        for (const auto& c : it->second) {
+            if (c.weight == 0) continue;
+            apply_lora(w, *c.file, *c.module, c.weight);
+            // Huge (finite) values in a file, or a large weight, would only show as NaN after sampling.
+            if (!finite_sum(w))
+                throw Error("LoRA file " + c.file->path + ": merging " + printable(c.module->key) + " at weight " +
+                            number(c.weight) + " into " + stage + " " + p.name +
+                            " gives values beyond fp32's range (its tensors or the weight are far too large)");
+        }
+        at::Tensor merged = held == at::kFloat ? w : w.to(held);
+        if (held != at::kFloat && !finite_sum(merged))
+            throw Error("LoRA file " + it->second.back().file->path + ": the merged " + stage + " " + p.name +
+                        " holds values beyond " + (held == at::kHalf ? "fp16" : c10::toString(held)) +
+                        "'s range (largest " + number(w.abs().max().item<double>()) +
+                        "); hold the weights in fp32 (--weights fp32) or lower the LoRA's weight");
         at::Tensor target = p.value;
-        target.set_data(held == at::kFloat ? w : w.to(held));  // the mapped original's pages are released
+        target.set_data(merged);  // the mapped original's pages are released
         ++applied;
     }
     if (applied != changes.size())

@@ -15,6 +15,7 @@
 #include "conformance_util.h"
 #include "engine/lora_merge.h"
 #include "engine/stage_loader.h"
+#include "sd/error.h"
 #include "io/weight_file.h"
 #include "test_util.h"
 
@@ -106,6 +107,39 @@ TEST(LoraMerge, MergedWeightsMatchDiffusersFuse) {
 TEST(LoraMerge, MultiplierPointOneLowerFails) {
     c10::InferenceMode guard;
     for (const auto& c : {kCases[0], kCases[2]}) EXPECT_GT(merged_error(c, merges(c, 0.1)), 1e-3) << c;
+}
+
+// A file whose (finite) values are far too large is refused while the stage loads, naming the
+// file and the module: in fp32 when the change overflows it, in fp16 when the merged weight
+// passes fp16's range (it would be Inf there and NaN after sampling); fp32 holds the latter.
+TEST(LoraMerge, ValuesBeyondTheHeldTypeAreRefusedNamingTheFile) {
+    c10::InferenceMode guard;
+    const std::string q = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+    const auto file_of = [&](const std::string& name, double value) {
+        const std::string path = sdtest::temp_dir() + "/" + name + ".safetensors";
+        sdtest::write_f32_safetensors(path, {{q + ".lora_down.weight", at::full({4, 32}, value)},
+                                             {q + ".lora_up.weight", at::full({32, 4}, value)}});
+        return std::vector<sd::LoraMerge>{{sd::read_lora(path, tiny_targets()), 1.0, 1.0}};
+    };
+    const auto refusal = [&](const std::vector<sd::LoraMerge>& l, at::ScalarType held) {
+        try {
+            sd::load_stage(model() + "/unet.pt", held, c10::kCPU, nullptr,
+                           [&](torch::jit::Module& m) { sd::merge_loras(m, "unet", l, held); });
+        } catch (const sd::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    const std::string huge = refusal(file_of("huge", 1e20), at::kFloat);  // 4 * 1e40: past fp32
+    EXPECT_NE(huge.find("huge.safetensors"), std::string::npos) << huge;
+    EXPECT_NE(huge.find(q), std::string::npos) << huge;
+    EXPECT_NE(huge.find("beyond fp32's range"), std::string::npos) << huge;
+    const auto large = file_of("large", 200);  // 4 * 40000 = 160000: fp32 holds it, fp16 does not
+    EXPECT_EQ(refusal(large, at::kFloat), "");
+    const std::string half = refusal(large, at::kHalf);
+    EXPECT_NE(half.find("large.safetensors"), std::string::npos) << half;
+    EXPECT_NE(half.find("beyond fp16's range"), std::string::npos) << half;
+    EXPECT_EQ(refusal(file_of("fine", 1), at::kHalf), "");
 }
 
 // Only the targets change: every other parameter keeps the export's value, and every target changes.

@@ -133,7 +133,8 @@ put("prompts", "jsonl_nested_65", b"\x01" + b'{"prompt": "a", "seed": ' + b"[" *
 put("prompt_weights", "nested", "a (red:1.3) cat, ((sharp)), [blurry], (a [b] c:0.5) d")
 put("prompt_weights", "escapes_break", r"\(not weighted\) BREAK a BREAKfast [unclosed (open:")
 put("prompt_weights", "numbers", "(a: +1.5 ) (b:-.2) (c:1.2.3) :0.7) (d:)")
-put("prompt_weights", "schedules", "a [cat:dog:0.5] [(x:1.2):[b|c]:-.5e1] \\[a:b:1\\] [red|] [a [b:c:1]] [x:(y:1)] [[")
+put("prompt_weights", "schedules",
+    "a [cat:dog:0.5] [(x:1.2):[b|c]:-.5e1] \\[a:b:1\\] [red|] [a [b:c:1]] [x:(y:1)] [[")
 put("prompt_weights", "network_tags", "a <lora:x:0.5:te=1> <lyco:y> <hypernet:h <lora:z:1> c <a b:1> <:y> <x:> <<lora:n:1>>")
 
 for name, text in [

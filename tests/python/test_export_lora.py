@@ -19,8 +19,8 @@ TINY = ["--config", os.path.join(FIX, "tiny", "v1-tiny.yaml"),
         "--text-config", os.path.join(FIX, "tiny", "text_encoder.json")]
 
 
-def export(out, *loras):
-    args = [sys.executable, EXPORT, os.path.join(FIX, "tiny", "tiny.safetensors"), "--out", out, *TINY]
+def export(out, *loras, extra=()):
+    args = [sys.executable, EXPORT, os.path.join(FIX, "tiny", "tiny.safetensors"), "--out", out, *TINY, *extra]
     for lora in loras:
         args += ["--lora", lora]
     return subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -198,8 +198,24 @@ class ExportLoraTest(unittest.TestCase):
                     self.assertLess(float(np.max(np.abs(got - want))), 1e-5 * float(np.max(np.abs(want))),
                                     f"{shape} axis {axis} m {m}")
 
-    def bad(self, lora, words):
-        r = export(tempfile.mkdtemp(dir=self.tmp.name), lora)
+    def test_merged_weights_beyond_the_exported_type_are_refused(self):
+        """A LoRA whose finite values are far too large: past fp32 after the merge, or past fp16 in a float16
+        export, is refused naming the file; fp32 holds what fp16 cannot."""
+        import torch
+        m = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
+        paths = {}
+        for name, value in (("huge", 1e20), ("large", 200.0)):
+            paths[name] = os.path.join(self.tmp.name, name + ".safetensors")
+            write_safetensors(paths[name], [(m + ".lora_down.weight", torch.full((4, 32), value)),
+                                            (m + ".lora_up.weight", torch.full((32, 4), value))])
+        self.bad(paths["huge"], ["huge.safetensors", m, "beyond fp32's range"])
+        self.bad(paths["large"], ["large.safetensors", "beyond fp16's range", "--dtype float32"],
+                 extra=("--dtype", "float16"))
+        r = export(tempfile.mkdtemp(dir=self.tmp.name), paths["large"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def bad(self, lora, words, extra=()):
+        r = export(tempfile.mkdtemp(dir=self.tmp.name), lora, extra=extra)
         self.assertEqual(r.returncode, 1, r.stderr)
         lines = r.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, r.stderr)
