@@ -49,8 +49,13 @@ at::Tensor factor(const std::map<std::string, at::Tensor>& p, const std::string&
     return p.at(a).flatten(1).mm(p.at(b).flatten(1));
 }
 
-// Whether every value of t is finite: its sum in double is (one pass, no copy of t).
-bool finite_sum(const at::Tensor& t) { return std::isfinite(t.sum(at::kDouble).item<double>()); }
+// The largest magnitude of an fp32 tensor, NaN when it holds one (aminmax: one pass, no copy).
+double largest_magnitude(const at::Tensor& t) {
+    const auto [lo, hi] = at::aminmax(t);
+    return std::max(std::fabs(lo.item<double>()), std::fabs(hi.item<double>()));
+}
+// fp16 rounds every value from 65520 up to Inf.
+constexpr double kHalfOverflow = 65520;
 
 std::string number(double v) {
     std::ostringstream s;
@@ -145,21 +150,22 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
         if (it == changes.end()) continue;
         // A copy: the original may be the mapped file's bytes (fp32) or fp16.
         at::Tensor w = p.value.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+        double largest = 0;  // of the merged weight
         for (const auto& c : it->second) {
             if (c.weight == 0) continue;
             apply_lora(w, *c.file, *c.module, c.weight);
             // Huge (finite) values in a file, or a large weight, would only show as NaN after sampling.
-            if (!finite_sum(w))
+            largest = largest_magnitude(w);
+            if (!std::isfinite(largest))
                 throw Error("LoRA file " + c.file->path + ": merging " + printable(c.module->key) + " at weight " +
                             number(c.weight) + " into " + stage + " " + p.name +
                             " gives values beyond fp32's range (its tensors or the weight are far too large)");
         }
-        at::Tensor merged = held == at::kFloat ? w : w.to(held);
-        if (held != at::kFloat && !finite_sum(merged))
+        if (held == at::kHalf && largest >= kHalfOverflow)
             throw Error("LoRA file " + it->second.back().file->path + ": the merged " + stage + " " + p.name +
-                        " holds values beyond " + (held == at::kHalf ? "fp16" : c10::toString(held)) +
-                        "'s range (largest " + number(w.abs().max().item<double>()) +
+                        " holds values beyond fp16's range (largest " + number(largest) +
                         "); hold the weights in fp32 (--weights fp32) or lower the LoRA's weight");
+        const at::Tensor merged = held == at::kFloat ? w : w.to(held);
         at::Tensor target = p.value;
         target.set_data(merged);  // the mapped original's pages are released
         ++applied;
