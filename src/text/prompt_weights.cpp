@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "sd/error.h"
 #include "sd/tokenizer.h"
@@ -139,7 +140,7 @@ namespace {
 
 // Whether s is lark's SIGNED_NUMBER (A1111's WHEN): [+-] then digits with an optional
 // fraction, or a fraction alone, and an optional exponent.
-bool is_signed_number(const std::string& s) {
+bool is_signed_number(std::string_view s) {
     size_t i = 0;
     if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
     const size_t int_from = i;
@@ -161,9 +162,11 @@ bool is_signed_number(const std::string& s) {
     return i == s.size();
 }
 
-std::string trimmed(const std::string& s) {
+// Views, not copies: a bracket's tail can hold the brackets nested in it, and copying each
+// tail would make nested prompts quadratic.
+std::string_view trimmed(std::string_view s) {
     const size_t b = s.find_first_not_of(" \t\n\r\f\v");
-    if (b == std::string::npos) return "";
+    if (b == std::string_view::npos) return {};
     return s.substr(b, s.find_last_not_of(" \t\n\r\f\v") - b + 1);
 }
 
@@ -192,8 +195,9 @@ std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
             const Open o = stack.back();
             stack.pop_back();
             if (o.kind != '[' || c != ']') continue;
-            const bool scheduled = o.last_colon != std::string::npos &&
-                                   is_signed_number(trimmed(p.substr(o.last_colon + 1, i - o.last_colon - 1)));
+            const bool scheduled =
+                o.last_colon != std::string::npos &&
+                is_signed_number(trimmed(std::string_view(p).substr(o.last_colon + 1, i - o.last_colon - 1)));
             if (scheduled || o.bar) {
                 found.emplace_back(o.at, i);
                 alternation.push_back(!scheduled);
