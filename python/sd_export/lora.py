@@ -272,7 +272,7 @@ def delta(kind, p, shape):
 def merge(w, kind, p, scale, weight):
     """W + m * scale * D, or with a DoRA magnitude W + m * (decompose(W + scale * D) - W): the merged
     weight rescaled so that its norm along the magnitude's axis is dora_scale (LyCORIS's rule, fp32's
-    epsilon added to the norm; A1111's multiplier)."""
+    epsilon added to the norm; the multiplier as ComfyUI applies it)."""
     import torch
     d = delta(kind, p, w.shape) * scale
     if "dora_scale" not in p:

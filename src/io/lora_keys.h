@@ -29,8 +29,9 @@ class TensorReader;
 // - lokr: kron(w1, w2), each either stored whole or as a product (w1_a @ w1_b,
 //   w2_a @ w2_b, or with "t2" a CP product);
 // reshaped to W's shape. Any kind may carry a DoRA magnitude "dora_scale" (LyCORIS's
-// weight decomposition, A1111's rule): the merged W + scale() * D is rescaled so that
-// its norm along one axis becomes dora_scale, W' = W + m * (that - W); see dora_axis.
+// weight decomposition; the multiplier as ComfyUI applies it): the merged W + scale() * D
+// is rescaled so that its norm along one axis becomes dora_scale, W' = W + m * (that - W);
+// see dora_axis.
 enum class LoraKind { lora, loha, lokr };
 
 struct LoraModule {

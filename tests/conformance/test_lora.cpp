@@ -385,7 +385,7 @@ TEST(LycorisCli, LohaFileFromLoraFlag) {
     sdtest::check_cli_run(case_dir(kCases[0]), args, sdtest::temp_dir());
 }
 
-// DoRA (LyCORIS's weight decomposition, A1111's rule) tied to the fixtures: lora_a with,
+// DoRA (LyCORIS's weight decomposition) tied to the fixtures: lora_a with,
 // for every module, a magnitude dora_scale = u * the norms of lora_a's merged weight
 // along one axis (u random in [0.5, 1.5] per row or column) merges to that weight times
 // u along that axis; diffusers' merged.safetensors checks the weights it holds.
@@ -451,8 +451,8 @@ TEST(DoraMerge, MagnitudesRescaleTheFixtureMergeAlongTheirAxis) {
     }
 }
 
-// At a multiplier m the merge is W + m * (decompose(W + D) - W) (A1111's network.py and
-// ComfyUI's weight_decompose; LyCORIS's own interpolation agrees at m = 1), per axis, on
+// At a multiplier m the merge is W + m * (decompose(W + D) - W) (as ComfyUI's
+// weight_decompose applies its strength; LyCORIS's own interpolation agrees at m = 1), per axis, on
 // a random W of the 3x3 conv and of a square linear layer, against the formula in double.
 TEST(DoraMerge, FollowsItsFormulaAtAnyMultiplier) {
     c10::InferenceMode guard;
