@@ -79,7 +79,8 @@ at::Tensor delta_of(const std::map<std::string, at::Tensor>& p, const LoraModule
                                : p.at("up").flatten(1).mm(p.at("down").flatten(1));
             break;
         case LoraKind::loha: {
-            d = factor(p, "hada_w1_a", "hada_w1_b", "hada_t1").reshape(shape);
+            // Contiguous, so that the row chunks below are views of it (a CP product is a permuted one).
+            d = factor(p, "hada_w1_a", "hada_w1_b", "hada_t1").reshape(shape).contiguous();
             if (p.count("hada_t2")) {
                 d.mul_(factor(p, "hada_w2_a", "hada_w2_b", "hada_t2").reshape(shape));
                 break;

@@ -301,6 +301,10 @@ TEST(LycorisMerge, DeltasFollowTheirFormulas) {
     sdtest::write_f32_safetensors(dir + "/loha.safetensors", {{c + ".alpha", alpha}, {c + ".hada_t1", t1}, {c + ".hada_w1_a", a1},
                                                       {c + ".hada_w1_b", b1}, {c + ".hada_t2", t2}, {c + ".hada_w2_a", a2},
                                                       {c + ".hada_w2_b", b2}});
+    // A CP first factor with a plain second one (its product goes in row chunks).
+    const at::Tensor p2a = r({32, 2}), p2b = r({2, 288});
+    sdtest::write_f32_safetensors(dir + "/loha_t1.safetensors", {{c + ".alpha", alpha}, {c + ".hada_t1", t1}, {c + ".hada_w1_a", a1},
+                                                         {c + ".hada_w1_b", b1}, {c + ".hada_w2_a", p2a}, {c + ".hada_w2_b", p2b}});
     sdtest::write_f32_safetensors(dir + "/lokr.safetensors",
                           {{c + ".alpha", alpha}, {c + ".lokr_w1_a", k1a}, {c + ".lokr_w1_b", k1b}, {c + ".lokr_w2", k2}});
     sdtest::write_f32_safetensors(dir + "/lokr_cp.safetensors", {{c + ".alpha", alpha}, {c + ".lokr_w1", kw1}, {c + ".lokr_t2", kt},
@@ -341,6 +345,7 @@ TEST(LycorisMerge, DeltasFollowTheirFormulas) {
     // Scales: alpha over w1_b's rank (LoHa: 4), w1_b's (LoKr with a whole w2: 2), w2_b's (3), down's (5).
     const std::vector<std::pair<std::string, at::Tensor>> want = {
         {"loha", cp(t1, a1, b1, 3, 3) * cp(t2, a2, b2, 3, 3) * (3.0 / 4)},
+        {"loha_t1", cp(t1, a1, b1, 3, 3) * f(p2a).mm(f(p2b)).reshape({32, 32, 3, 3}) * (3.0 / 4)},
         {"lokr", kron4(f(k1a).mm(f(k1b)), f(k2)) * (3.0 / 2)},
         {"lokr_cp", kron4(f(kw1), cp(kt, ka, kb, 3, 3)) * (3.0 / 3)},
         {"mid", cp(mid, up.flatten(1).t(), down.flatten(1), 3, 3) * (3.0 / 5)}};
