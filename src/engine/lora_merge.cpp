@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include "engine/addon_weights.h"
 #include "engine/tensor_file.h"
@@ -56,12 +55,6 @@ double largest_magnitude(const at::Tensor& t) {
 }
 // fp16 rounds every value from 65520 up to Inf.
 constexpr double kHalfOverflow = 65520;
-
-std::string number(double v) {
-    std::ostringstream s;
-    s << v;
-    return s.str();
-}
 
 struct Change {
     const LoraModule* module;
@@ -159,12 +152,12 @@ void merge_loras(torch::jit::Module& m, const std::string& stage, const std::vec
             largest = largest_magnitude(w);
             if (!std::isfinite(largest))
                 throw Error("LoRA file " + c.file->path + ": merging " + printable(c.module->key) + " at weight " +
-                            number(c.weight) + " into " + stage + " " + p.name +
+                            number_text(c.weight) + " into " + stage + " " + p.name +
                             " gives values beyond fp32's range (its tensors or the weight are far too large)");
         }
         if (held == at::kHalf && largest >= kHalfOverflow)
             throw Error("LoRA file " + it->second.back().file->path + ": the merged " + stage + " " + p.name +
-                        " holds values beyond fp16's range (largest " + number(largest) +
+                        " holds values beyond fp16's range (largest " + number_text(largest) +
                         "); hold the weights in fp32 (--weights fp32) or lower the LoRA's weight");
         const at::Tensor merged = held == at::kFloat ? w : w.to(held);
         at::Tensor target = p.value;

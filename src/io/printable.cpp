@@ -1,5 +1,7 @@
 #include "io/printable.h"
 
+#include <cstdio>
+
 namespace sd {
 
 namespace {
@@ -46,6 +48,12 @@ std::string printable(std::string_view text, size_t max_bytes) {
         ++i;
     }
     return out;
+}
+
+std::string number_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
 }
 
 }  // namespace sd

@@ -11,4 +11,8 @@ namespace sd {
 // UTF-8 written as \xNN (a backslash as \\), cut to max_bytes with "..." after.
 std::string printable(std::string_view text, size_t max_bytes = 200);
 
+// A number as messages and prompt tags write it: printf's %g (six significant digits,
+// no trailing zeros: 0.8, 1e+20).
+std::string number_text(double v);
+
 }  // namespace sd

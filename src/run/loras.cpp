@@ -72,12 +72,6 @@ std::string trim(const std::string& s) {
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-std::string number_text(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.6g", v);
-    return buf;
-}
-
 // LoRA multipliers in use lie within about -2..2 (A1111's slider stops at 2);
 // |w| = 100 already turns any trained LoRA into noise, and larger values reach
 // fp16/fp32 overflow in the merged weights (1e30, or 1e300, which is no float
