@@ -397,7 +397,8 @@ struct RunState {
     int next_number = -1;  // the next CompVis file number; found once the folder is checked
     Extras extras;
     std::set<std::string> pictures_checked;  // for their EXIF orientation
-    std::set<std::string> tags_warned;       // extra-network tags not applied
+    std::set<std::string> syntax_warned;     // extra-network tags and schedule brackets not applied
+    bool and_warned = false;                 // A1111's AND, said once a run
 };
 
 // What viewers do to a picture with this EXIF orientation (2 to 8).
@@ -447,24 +448,27 @@ void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2I
         }
         if (!item->settings.prompt_weights) continue;
         for (const auto& tag : unapplied_network_tags(item->prompt))
-            if (st.tags_warned.insert(tag).second)
+            if (st.syntax_warned.insert(tag).second)
                 events.warning(item->where + ": " + printable(tag) +
                                " is an A1111 extra network that this tool does not apply (only <lora:...> and "
                                "<lyco:...> are); it is left out of the prompt, as A1111 leaves it out");
-        for (const std::string* text : {&item->prompt, &item->negative_prompt})
-            for (const auto& b : scheduled_brackets(strip_network_tags(*text)))
-                if (st.tags_warned.insert(b.text).second)
+        const std::string prompt = strip_network_tags(item->prompt);
+        for (const std::string& text : {prompt, strip_network_tags(item->negative_prompt)})
+            for (const auto& b : scheduled_brackets(text))
+                if (st.syntax_warned.insert(b.text).second)
                     events.warning(item->where + ": " + printable(b.text) + " is A1111's prompt " +
                                    (b.alternation ? "alternation ([A|B]: another text each step)"
                                                   : "editing ([FROM:TO:WHEN]: the text changes at step WHEN)") +
                                    ", which this tool does not apply: it reads the brackets as weighting (the text "
                                    "inside at weight / 1.1), so the picture is not the one A1111 makes");
         // A1111 splits the prompt at AND, not the negative prompt. Once a run: the first line that has it.
-        if (has_composable_and(strip_network_tags(item->prompt)) && st.tags_warned.insert("AND").second)
+        if (!st.and_warned && has_composable_and(prompt)) {
+            st.and_warned = true;
             events.warning(item->where +
                            ": AND is A1111's composable prompt (each part its own conditioning, combined), which "
                            "this tool does not apply: it reads AND as a word, so the picture is not the one A1111 "
                            "makes (said once a run)");
+        }
     }
 }
 

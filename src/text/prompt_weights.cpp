@@ -182,9 +182,12 @@ std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
         size_t last_colon = std::string::npos;
         bool bar = false;
     };
+    struct Found {
+        size_t open, close;
+        bool alternation;
+    };
     std::vector<Open> stack;
-    std::vector<std::pair<size_t, size_t>> found;  // [open, close] of each bracket A1111 schedules
-    std::vector<bool> alternation;
+    std::vector<Found> found;  // each bracket A1111 schedules, in the order they close
     for (size_t i = 0; i < p.size(); ++i) {
         const char c = p[i];
         if (c == '\\') {
@@ -198,10 +201,7 @@ std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
             const bool scheduled =
                 o.last_colon != std::string::npos &&
                 is_signed_number(trimmed(std::string_view(p).substr(o.last_colon + 1, i - o.last_colon - 1)));
-            if (scheduled || o.bar) {
-                found.emplace_back(o.at, i);
-                alternation.push_back(!scheduled);
-            }
+            if (scheduled || o.bar) found.push_back({o.at, i, !scheduled});
         } else if (!stack.empty() && c == ':') {
             stack.back().last_colon = i;
         } else if (!stack.empty() && c == '|') {
@@ -209,15 +209,13 @@ std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
         }
     }
     // Inner brackets close first: keep the outermost, in the prompt's order.
-    std::vector<size_t> order(found.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return found[a].first < found[b].first; });
+    std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.open < b.open; });
     std::vector<ScheduledBracket> out;
     size_t covered = 0;  // the end of the last bracket kept
-    for (size_t k : order) {
-        if (!out.empty() && found[k].first < covered) continue;
-        out.push_back({p.substr(found[k].first, found[k].second - found[k].first + 1), alternation[k]});
-        covered = found[k].second + 1;
+    for (const Found& f : found) {
+        if (!out.empty() && f.open < covered) continue;
+        out.push_back({p.substr(f.open, f.close - f.open + 1), f.alternation});
+        covered = f.close + 1;
     }
     return out;
 }
