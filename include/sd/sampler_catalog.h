@@ -17,7 +17,7 @@ struct SamplerInfo {
     SamplerFamily family;
     std::vector<std::string> schedules;  // the --schedule values it takes besides "automatic"; "default" first
     std::string automatic_schedule;      // what "automatic" (the web UI's "Automatic") runs for it
-    std::vector<std::string> options;    // discard_penultimate, eta, brownian (core/sampler_list.h)
+    std::vector<std::string> options;    // discard_penultimate, eta, brownian, second_order (core/sampler_list.h)
     bool has(const std::string& option) const;
 };
 
@@ -41,6 +41,11 @@ struct SamplerName {
     std::string schedule;  // a short schedule name; empty: the name says none
 };
 SamplerName parse_sampler_name(const std::string& name);
+
+// The steps A1111 schedules its prompt editing over (src/text/prompt_schedule.h):
+// its model calls, `steps`, twice that for the samplers it counts two calls a step
+// for (the second_order option: Heun, DPM2, DPM2 a, DPM++ 2S a, DPM++ SDE).
+int prompt_schedule_steps(const std::string& sampler, int steps);
 
 // A --sampler value and a --schedule value (empty: not given, `current`
 // stays) as short names. Throws sd::Error when an old combined name

@@ -61,6 +61,13 @@ bool SamplerInfo::has(const std::string& option) const {
     return std::find(options.begin(), options.end(), option) != options.end();
 }
 
+int prompt_schedule_steps(const std::string& sampler, int steps) {
+    // An unknown name is check_sampler_settings' to refuse, not this count's.
+    for (const auto& info : samplers())
+        if (info.name == sampler) return steps * (info.has("second_order") ? 2 : 1);
+    return steps;
+}
+
 const std::vector<SamplerInfo>& samplers() {
 #define SD_SAMPLER_ROW(function, name, a1111, family, schedules, automatic, options) \
     SamplerInfo{name, a1111, SamplerFamily::family, words(schedules), automatic, words(options)},

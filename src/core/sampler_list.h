@@ -14,8 +14,9 @@
 // for the sampler; `options` are the web UI's sampler options this tool
 // honours: discard_penultimate (the schedule is made for steps + 1 and its
 // next-to-last sigma dropped), eta (its added noise is scaled by eta, the
-// web UI's "Eta"; 1 unless set) and brownian (its noise comes from Brownian
-// trees, --brownian-tree).
+// web UI's "Eta"; 1 unless set), brownian (its noise comes from Brownian
+// trees, --brownian-tree) and second_order (the web UI counts two model calls a
+// step when it schedules prompt editing: engine/text_schedule.h).
 // Names, help, errors, metadata and step counts all come from this list:
 // adding a sampler is one row here and one function there.
 #pragma once
@@ -24,23 +25,23 @@
 #define SD_K_SCHEDULES \
     "default karras exponential polyexponential sgm_uniform kl_optimal align_your_steps simple normal ddim beta"
 
-#define SD_SAMPLERS(X)                                                                                          \
-    X(plms, "plms", "PLMS", compvis, "default leading trailing", "default", "")                                 \
-    X(ddim, "ddim", "DDIM", compvis, "default leading trailing", "default", "")                                 \
-    X(euler, "euler", "Euler", k_diffusion, SD_K_SCHEDULES " leading trailing", "default", "")                  \
-    X(euler_a, "euler_a", "Euler a", k_diffusion, SD_K_SCHEDULES " leading trailing", "default", "eta")         \
-    X(dpmpp_2m, "dpmpp_2m", "DPM++ 2M", k_diffusion, SD_K_SCHEDULES " leading", "karras", "")                   \
-    X(lcm, "lcm", "LCM", lcm, "default", "default", "")                                                         \
-    X(heun, "heun", "Heun", k_diffusion, SD_K_SCHEDULES, "default", "")                                         \
-    X(dpm_2, "dpm_2", "DPM2", k_diffusion, SD_K_SCHEDULES, "karras", "discard_penultimate")                     \
-    X(dpm_2_a, "dpm_2_a", "DPM2 a", k_diffusion, SD_K_SCHEDULES, "karras", "discard_penultimate eta")           \
-    X(lms, "lms", "LMS", k_diffusion, SD_K_SCHEDULES, "default", "")                                            \
-    X(dpmpp_2s_a, "dpmpp_2s_a", "DPM++ 2S a", k_diffusion, SD_K_SCHEDULES, "karras", "eta")                     \
-    X(dpmpp_sde, "dpmpp_sde", "DPM++ SDE", k_diffusion, SD_K_SCHEDULES, "karras", "eta brownian")               \
-    X(dpmpp_2m_sde, "dpmpp_2m_sde", "DPM++ 2M SDE", k_diffusion, SD_K_SCHEDULES, "exponential", "eta brownian") \
-    X(dpmpp_2m_sde_heun, "dpmpp_2m_sde_heun", "DPM++ 2M SDE Heun", k_diffusion, SD_K_SCHEDULES, "exponential",  \
-      "eta brownian")                                                                                           \
-    X(dpmpp_3m_sde, "dpmpp_3m_sde", "DPM++ 3M SDE", k_diffusion, SD_K_SCHEDULES, "exponential",                 \
+#define SD_SAMPLERS(X)                                                                                             \
+    X(plms, "plms", "PLMS", compvis, "default leading trailing", "default", "")                                    \
+    X(ddim, "ddim", "DDIM", compvis, "default leading trailing", "default", "")                                    \
+    X(euler, "euler", "Euler", k_diffusion, SD_K_SCHEDULES " leading trailing", "default", "")                     \
+    X(euler_a, "euler_a", "Euler a", k_diffusion, SD_K_SCHEDULES " leading trailing", "default", "eta")            \
+    X(dpmpp_2m, "dpmpp_2m", "DPM++ 2M", k_diffusion, SD_K_SCHEDULES " leading", "karras", "")                      \
+    X(lcm, "lcm", "LCM", lcm, "default", "default", "")                                                            \
+    X(heun, "heun", "Heun", k_diffusion, SD_K_SCHEDULES, "default", "second_order")                                \
+    X(dpm_2, "dpm_2", "DPM2", k_diffusion, SD_K_SCHEDULES, "karras", "discard_penultimate second_order")           \
+    X(dpm_2_a, "dpm_2_a", "DPM2 a", k_diffusion, SD_K_SCHEDULES, "karras", "discard_penultimate eta second_order") \
+    X(lms, "lms", "LMS", k_diffusion, SD_K_SCHEDULES, "default", "")                                               \
+    X(dpmpp_2s_a, "dpmpp_2s_a", "DPM++ 2S a", k_diffusion, SD_K_SCHEDULES, "karras", "eta second_order")           \
+    X(dpmpp_sde, "dpmpp_sde", "DPM++ SDE", k_diffusion, SD_K_SCHEDULES, "karras", "eta brownian second_order")     \
+    X(dpmpp_2m_sde, "dpmpp_2m_sde", "DPM++ 2M SDE", k_diffusion, SD_K_SCHEDULES, "exponential", "eta brownian")    \
+    X(dpmpp_2m_sde_heun, "dpmpp_2m_sde_heun", "DPM++ 2M SDE Heun", k_diffusion, SD_K_SCHEDULES, "exponential",     \
+      "eta brownian")                                                                                              \
+    X(dpmpp_3m_sde, "dpmpp_3m_sde", "DPM++ 3M SDE", k_diffusion, SD_K_SCHEDULES, "exponential",                    \
       "discard_penultimate eta brownian")
 
 // Every schedule name and the web UI's "Schedule type" label for it, in the web UI's order.

@@ -1,6 +1,7 @@
 #include "engine/guidance.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -11,19 +12,38 @@ at::Tensor guide(const at::Tensor& uncond_out, const at::Tensor& cond_out, doubl
 }
 
 Guidance::Guidance(UnetFn unet, const UnetConditioning& text, double scale, int64_t rows_per_pass)
-    : unet_(std::move(unet)), scale_(scale), rows_per_pass_(rows_per_pass), guided_(text.uncond.defined()) {
-    context_ = guided_ ? at::cat({text.uncond, text.cond}) : text.cond;
-    // SDXL's vector input, in the same row order as the context.
-    if (text.cond_y.defined()) y_ = guided_ ? at::cat({text.uncond_y, text.cond_y}) : text.cond_y;
-    if (text.concat.defined()) concat_ = guided_ ? at::cat({text.concat, text.concat}) : text.concat;
+    : Guidance(std::move(unet), TextSchedule{{text}, {{0, 0}}}, text.concat, scale, rows_per_pass) {}
+
+Guidance::Guidance(UnetFn unet, const TextSchedule& text, const at::Tensor& concat, double scale, int64_t rows_per_pass)
+    : unet_(std::move(unet)),
+      spans_(text.spans),
+      scale_(scale),
+      rows_per_pass_(rows_per_pass),
+      guided_(text.texts.at(0).uncond.defined()) {
+    if (spans_.empty()) throw std::logic_error("Guidance: a text schedule without spans");
+    for (const UnetConditioning& c : text.texts) {
+        Context ctx;
+        ctx.context = guided_ ? at::cat({c.uncond, c.cond}) : c.cond;
+        // SDXL's vector input, in the same row order as the context.
+        if (c.cond_y.defined()) ctx.y = guided_ ? at::cat({c.uncond_y, c.cond_y}) : c.cond_y;
+        contexts_.push_back(std::move(ctx));
+    }
+    if (concat.defined()) concat_ = guided_ ? at::cat({concat, concat}) : concat;
 }
 
-at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t) const {
+const Guidance::Context& Guidance::current() const {
+    // A1111's reconstruct_cond_batch: the first span whose last call is not before this one.
+    for (const auto& span : spans_)
+        if (evaluations_ <= span.last_call) return contexts_.at(span.text);
+    return contexts_.at(spans_.back().text);
+}
+
+at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t, const Context& c) const {
     const int64_t n = x.size(0);
     auto pass = [&](int64_t i, int64_t e) {
         const at::Tensor xs =
             concat_.defined() ? at::cat({x.slice(0, i, e), concat_.slice(0, i, e)}, 1) : x.slice(0, i, e);
-        return unet_(xs, t.slice(0, i, e), context_.slice(0, i, e), y_.defined() ? y_.slice(0, i, e) : at::Tensor());
+        return unet_(xs, t.slice(0, i, e), c.context.slice(0, i, e), c.y.defined() ? c.y.slice(0, i, e) : at::Tensor());
     };
     if (n <= rows_per_pass_) return pass(0, n);
     std::vector<at::Tensor> parts;
@@ -32,10 +52,11 @@ at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t) const {
 }
 
 at::Tensor Guidance::operator()(const at::Tensor& x, const at::Tensor& t) {
+    const Context& c = current();
     ++evaluations_;
     rows_ += x.size(0) * (guided_ ? 2 : 1);
-    if (!guided_) return run(x, t);
-    auto parts = run(at::cat({x, x}), at::cat({t, t})).chunk(2);
+    if (!guided_) return run(x, t, c);
+    auto parts = run(at::cat({x, x}), at::cat({t, t}), c).chunk(2);
     return guide(parts[0], parts[1], scale_);
 }
 

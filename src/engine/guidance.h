@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -26,6 +27,20 @@ struct UnetConditioning {
     at::Tensor concat;
 };
 
+// The text of one sampling pass as it changes from one model call to the next
+// (A1111's prompt editing and alternation, engine/text_schedule.h): spans[k]
+// serves the calls after spans[k - 1].last_call up to its own last_call
+// (calls counted from 0); a call past the last span keeps the last text.
+// Each text is one per image, as above (its concat unused: Guidance takes it apart).
+struct TextSchedule {
+    struct Span {
+        long long last_call;
+        size_t text;  // into texts
+    };
+    std::vector<UnetConditioning> texts;
+    std::vector<Span> spans;
+};
+
 // e_u + scale * (e_c - e_u): the guided output of the two halves.
 at::Tensor guide(const at::Tensor& uncond_out, const at::Tensor& cond_out, double scale);
 
@@ -34,6 +49,8 @@ at::Tensor guide(const at::Tensor& uncond_out, const at::Tensor& cond_out, doubl
 class Guidance {
 public:
     Guidance(UnetFn unet, const UnetConditioning& text, double scale, int64_t rows_per_pass);
+    // A text that changes during the pass; concat as UnetConditioning's.
+    Guidance(UnetFn unet, const TextSchedule& text, const at::Tensor& concat, double scale, int64_t rows_per_pass);
     bool guided() const { return guided_; }
     // The guided output for x at timesteps t (one per image).
     at::Tensor operator()(const at::Tensor& x, const at::Tensor& t);
@@ -41,9 +58,16 @@ public:
     long long rows() const { return rows_; }  // UNet rows run, two per image when guided
 
 private:
-    at::Tensor run(const at::Tensor& x, const at::Tensor& t) const;
+    // One text's UNet inputs, both sides in row order.
+    struct Context {
+        at::Tensor context, y;
+    };
+    at::Tensor run(const at::Tensor& x, const at::Tensor& t, const Context& c) const;
+    const Context& current() const;  // the text of call evaluations_
     UnetFn unet_;
-    at::Tensor context_, y_, concat_;
+    std::vector<Context> contexts_;
+    std::vector<TextSchedule::Span> spans_;
+    at::Tensor concat_;
     double scale_;
     int64_t rows_per_pass_;
     bool guided_;

@@ -22,6 +22,7 @@
 #include "engine/settings_check.h"
 #include "engine/stage_loader.h"
 #include "engine/text_conditioner.h"
+#include "engine/text_schedule.h"
 #include "engine/vae_codec.h"
 #include "engine/web_noise.h"
 #include "io/embedding_file.h"
@@ -32,6 +33,7 @@
 #include "memory/memory_budget.h"
 #include "memory/planner.h"
 #include "sd/error.h"
+#include "sd/sampler_catalog.h"
 #include "sd/tokenizer.h"
 #include "sd/value_rules.h"
 
@@ -42,6 +44,8 @@ namespace {
 // The GPU budget when --max-memory is not given: this LibTorch has no CUDA
 // headers to ask the driver, and 4 GiB is the smallest GPU SD users run on.
 constexpr double kDefaultGpuBudget = 4.0 * (1 << 30);
+
+int schedule_steps(const GenerateSettings& s) { return prompt_schedule_steps(s.sampler, s.steps); }
 
 }  // namespace
 
@@ -68,15 +72,14 @@ public:
 
 private:
     MemoryRequest request(const GenerateSettings& s, int images) const;
-    UnetConditioning encode_text(const std::vector<std::string>& prompts, const GenerateSettings& s,
-                                 const MemoryPlan& plan);
+    std::vector<TextSchedule> encode_text(const std::vector<std::string>& prompts, const GenerateSettings& s,
+                                          const std::vector<TextPass>& passes, const MemoryPlan& plan);
     std::optional<PictureStart> encode_picture(const GenerateSettings& s, const MemoryPlan& plan);
-    at::Tensor denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
-                       const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress,
-                       at::Generator& gen);
-    at::Tensor hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
-                          const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& first_plan,
-                          const MemoryPlan& plan, const ProgressFn& progress);
+    at::Tensor denoise(const TextSchedule& text, const PictureStart* picture, int64_t images, const GenerateSettings& s,
+                       const MemoryPlan& plan, const ProgressFn& progress, at::Generator& gen);
+    at::Tensor hires_pass(const std::vector<std::string>& prompts, const TextSchedule* text, const at::Tensor& latents,
+                          const GenerateSettings& s, const MemoryPlan& first_plan, const MemoryPlan& plan,
+                          const ProgressFn& progress);
     at::Tensor decode(const at::Tensor& latents, const MemoryPlan& plan);
 
     PipelineOptions options_;
@@ -218,20 +221,26 @@ MemoryPlan TorchPipeline::plan(const GenerateSettings& s, int images) const {
 
 // Text: the unconditional embedding is the encoder's output for "" (not
 // zeros). Scale 1 is the cond alone: the negative prompt is not even encoded
-// (diffusers' guidance_scale <= 1).
-UnetConditioning TorchPipeline::encode_text(const std::vector<std::string>& prompts, const GenerateSettings& s,
-                                            const MemoryPlan& plan) {
+// (diffusers' guidance_scale <= 1). One schedule per pass (A1111's prompt
+// editing and alternation; engine/text_schedule.h), every pass encoded as s says
+// (SDXL's size conditioning), each distinct text once.
+std::vector<TextSchedule> TorchPipeline::encode_text(const std::vector<std::string>& prompts, const GenerateSettings& s,
+                                                     const std::vector<TextPass>& passes, const MemoryPlan& plan) {
     const StageMeter meter(options_.measure_stages);
     const bool first_batch = times_.start_to_first_step == 0;
     const double start = seconds_since_process_start(), load_before = times_.text_load;
     const bool guided = s.scale != 1.0;
-    UnetConditioning text =
-        text_->encode(prompts, std::vector<std::string>(guided ? prompts.size() : 0, s.negative_prompt), s);
+    TextScheduler scheduler(
+        [&](const std::vector<std::string>& p, const std::vector<std::string>& n) { return text_->encode(p, n, s); });
+    const std::vector<std::string> negatives(guided ? prompts.size() : 0, s.negative_prompt);
+    std::vector<TextSchedule> out;
+    for (const TextPass& pass : passes)
+        out.push_back(scheduler.pass(prompts, negatives, s.prompt_weights, pass.steps, pass.first_pass_steps));
     if (first_batch)
         times_.first_text_encode = seconds_since_process_start() - start - (times_.text_load - load_before);
     if (plan.sequential) stages_->release_text_encoders();
     meter.end(peaks_.text, peaks_.text_kept);
-    return text;
+    return out;
 }
 
 // A picture to start from (--init-img), through the VAE encoder.
@@ -256,7 +265,7 @@ std::optional<PictureStart> TorchPipeline::encode_picture(const GenerateSettings
 }
 
 // Sampling from the seed's start noise, the UNet run in passes of at most plan.unet_rows rows.
-at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureStart* picture, int64_t images,
+at::Tensor TorchPipeline::denoise(const TextSchedule& text, const PictureStart* picture, int64_t images,
                                   const GenerateSettings& s, const MemoryPlan& plan, const ProgressFn& progress,
                                   at::Generator& gen) {
     const StageMeter meter(options_.measure_stages);
@@ -277,10 +286,10 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
         if (y.defined()) in.push_back(y);
         return LoadedStages::to_host(unet.forward(in).toTensor());
     };
-    Guidance guidance(unet_fn,
-                      {on_device(text.cond), on_device(text.uncond), on_device(text.cond_y), on_device(text.uncond_y),
-                       on_device(start.concat)},
-                      s.scale, plan.unet_rows);
+    TextSchedule on_unet = text;
+    for (UnetConditioning& c : on_unet.texts)
+        c = {on_device(c.cond), on_device(c.uncond), on_device(c.cond_y), on_device(c.uncond_y)};
+    Guidance guidance(unet_fn, on_unet, on_device(start.concat), s.scale, plan.unet_rows);
     StepFn on_step = nullptr;
     if (progress || vae_->previews())
         on_step = [&](int i, int total, const at::Tensor& xi, const at::Tensor& x0) {
@@ -319,7 +328,7 @@ at::Tensor TorchPipeline::denoise(const UnetConditioning& text, const PictureSta
 
 // The hires fix's second pass: the first pass's latents (lanczos: its decoded
 // images) upscaled, then img2img at the hires size from hires_gen_.
-at::Tensor TorchPipeline::hires_pass(const std::vector<std::string>& prompts, const UnetConditioning& text,
+at::Tensor TorchPipeline::hires_pass(const std::vector<std::string>& prompts, const TextSchedule* text,
                                      const at::Tensor& latents, const GenerateSettings& s, const MemoryPlan& first_plan,
                                      const MemoryPlan& plan, const ProgressFn& progress) {
     const GenerateSettings second = hires_pass_settings(s, config_.size_multiple);
@@ -337,8 +346,10 @@ at::Tensor TorchPipeline::hires_pass(const std::vector<std::string>& prompts, co
             meter.end(peaks_.encode, peaks_.encode_kept);
         }
     }
-    // SDXL's size conditioning is the image's size: the second pass's text is encoded at it.
-    const UnetConditioning second_text = config_.is_sdxl() ? encode_text(prompts, second, plan) : text;
+    // SDXL's size conditioning is the image's size: the second pass's text is encoded at it
+    // (text is null then).
+    const TextSchedule second_text =
+        text ? *text : encode_text(prompts, second, {{schedule_steps(second), schedule_steps(s)}}, plan)[0];
     return denoise(second_text, &*start, static_cast<int64_t>(prompts.size()), second, plan, progress, hires_gen_);
 }
 
@@ -388,11 +399,18 @@ BatchOutput TorchPipeline::generate(const std::vector<std::string>& prompts, con
     c10::InferenceMode guard;
     peaks_ = {};
     try {
-        const UnetConditioning text = encode_text(prompts, s, first_plan);
+        // A hires fix's second pass schedules the same text over its own steps; SDXL's
+        // encodes it again at its size (hires_pass).
+        std::vector<TextPass> passes = {{schedule_steps(s), 0}};
+        const bool second_here = s.hires.active() && !config_.is_sdxl();
+        if (second_here)
+            passes.push_back({schedule_steps(hires_pass_settings(s, config_.size_multiple)), schedule_steps(s)});
+        const std::vector<TextSchedule> text = encode_text(prompts, s, passes, first_plan);
         const std::optional<PictureStart> picture = encode_picture(s, plan);
-        at::Tensor latents = denoise(text, picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s,
+        at::Tensor latents = denoise(text[0], picture ? &*picture : nullptr, static_cast<int64_t>(prompts.size()), s,
                                      first_plan, progress, gen_);
-        if (s.hires.active()) latents = hires_pass(prompts, text, latents, s, first_plan, plan, progress);
+        if (s.hires.active())
+            latents = hires_pass(prompts, second_here ? &text[1] : nullptr, latents, s, first_plan, plan, progress);
         const at::Tensor decoded = decode(latents, plan);
         BatchOutput out;
         out.latent_shape = latents.sizes().vec();

@@ -13,7 +13,9 @@
 #include "sd/error.h"
 #include "sd/loras.h"
 #include "sd/noise_rules.h"
+#include "sd/sampler_catalog.h"
 #include "sd/version.h"
+#include "text/prompt_schedule.h"
 #include "text/prompt_weights.h"
 
 namespace sd {
@@ -123,8 +125,18 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
             : job.loras;
     if (item.settings.prompt_weights) {
         const bool flag = item.line == 0;
-        check_prompt_weights(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
-        check_prompt_weights(item.negative_prompt, flag ? "--negative-prompt" : item.where + ": the negative prompt");
+        // And each text A1111's prompt editing makes of it, in both passes of a hires fix.
+        const GenerateSettings& s = item.settings;
+        const int first = prompt_schedule_steps(s.sampler, s.steps);
+        const int second = prompt_schedule_steps(s.sampler, s.hires.steps > 0 ? s.hires.steps : s.steps);
+        auto check = [&](const std::string& prompt, const std::string& what) {
+            check_prompt_weights(prompt, what);
+            for (const auto& e : prompt_schedule(prompt, first)) check_prompt_weights(e.text, what);
+            if (s.hires.active())
+                for (const auto& e : prompt_schedule(prompt, second, first)) check_prompt_weights(e.text, what);
+        };
+        check(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
+        check(item.negative_prompt, flag ? "--negative-prompt" : item.where + ": the negative prompt");
     }
     return item;
 }

@@ -397,7 +397,7 @@ struct RunState {
     int next_number = -1;  // the next CompVis file number; found once the folder is checked
     Extras extras;
     std::set<std::string> pictures_checked;  // for their EXIF orientation
-    std::set<std::string> syntax_warned;     // extra-network tags and schedule brackets not applied
+    std::set<std::string> syntax_warned;     // extra-network tags not applied
     bool and_warned = false;                 // A1111's AND, said once a run
 };
 
@@ -430,8 +430,7 @@ std::vector<const PromptItem*> items_made(const RunPlan& plan, const std::vector
 //   stored, as the references' PIL reads it;
 // - a prompt's extra-network tags other than LoRA ones (a hypernetwork's, ...) are left
 //   out of the text, as A1111 leaves them out, but nothing applies them;
-// - A1111's prompt editing and alternation brackets are read as weighting, and its AND
-//   as a word.
+// - A1111's AND is read as a word.
 void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2ImgEvents& events, RunState& st) {
     if (!events.warning) return;
     for (const PromptItem* item : items) {
@@ -453,14 +452,6 @@ void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2I
                                " is an A1111 extra network that this tool does not apply (only <lora:...> and "
                                "<lyco:...> are); it is left out of the prompt, as A1111 leaves it out");
         const std::string prompt = strip_network_tags(item->prompt);
-        for (const std::string& text : {prompt, strip_network_tags(item->negative_prompt)})
-            for (const auto& b : scheduled_brackets(text))
-                if (st.syntax_warned.insert(b.text).second)
-                    events.warning(item->where + ": " + printable(b.text) + " is A1111's prompt " +
-                                   (b.alternation ? "alternation ([A|B]: another text each step)"
-                                                  : "editing ([FROM:TO:WHEN]: the text changes at step WHEN)") +
-                                   ", which this tool does not apply: it reads the brackets as weighting (the text "
-                                   "inside at weight / 1.1), so the picture is not the one A1111 makes");
         // A1111 splits the prompt at AND, not the negative prompt. Once a run: the first line that has it.
         if (!st.and_warned && has_composable_and(prompt)) {
             st.and_warned = true;

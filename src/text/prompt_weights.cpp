@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "sd/error.h"
 #include "sd/tokenizer.h"
@@ -134,90 +133,6 @@ std::vector<WeightedText> parse_prompt_weights(const std::string& p) {
     }
     if (merged.empty()) merged.push_back({"", 1.0, false});
     return merged;
-}
-
-namespace {
-
-// Whether s is lark's SIGNED_NUMBER (A1111's WHEN): [+-] then digits with an optional
-// fraction, or a fraction alone, and an optional exponent.
-bool is_signed_number(std::string_view s) {
-    size_t i = 0;
-    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
-    const size_t int_from = i;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-    bool digits = i > int_from;
-    if (i < s.size() && s[i] == '.') {
-        const size_t frac_from = ++i;
-        while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-        digits = digits || i > frac_from;
-    }
-    if (!digits) return false;
-    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-        ++i;
-        if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
-        const size_t exp_from = i;
-        while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-        if (i == exp_from) return false;
-    }
-    return i == s.size();
-}
-
-// Views, not copies: a bracket's tail can hold the brackets nested in it, and copying each
-// tail would make nested prompts quadratic.
-std::string_view trimmed(std::string_view s) {
-    const size_t b = s.find_first_not_of(" \t\n\r\f\v");
-    if (b == std::string_view::npos) return {};
-    return s.substr(b, s.find_last_not_of(" \t\n\r\f\v") - b + 1);
-}
-
-}  // namespace
-
-std::vector<ScheduledBracket> scheduled_brackets(const std::string& p) {
-    // One pass with a stack of open brackets (linear in the prompt, however many are left
-    // open): each '[' closed by a ']' gets its content's last top-level ':' and whether a
-    // top-level '|' is in it (outside brackets nested in it).
-    struct Open {
-        size_t at;
-        char kind;
-        size_t last_colon = std::string::npos;
-        bool bar = false;
-    };
-    struct Found {
-        size_t open, close;
-        bool alternation;
-    };
-    std::vector<Open> stack;
-    std::vector<Found> found;  // each bracket A1111 schedules, in the order they close
-    for (size_t i = 0; i < p.size(); ++i) {
-        const char c = p[i];
-        if (c == '\\') {
-            ++i;  // an escaped character
-        } else if (c == '[' || c == '(') {
-            stack.push_back({i, c});
-        } else if ((c == ']' || c == ')') && !stack.empty()) {
-            const Open o = stack.back();
-            stack.pop_back();
-            if (o.kind != '[' || c != ']') continue;
-            const bool scheduled =
-                o.last_colon != std::string::npos &&
-                is_signed_number(trimmed(std::string_view(p).substr(o.last_colon + 1, i - o.last_colon - 1)));
-            if (scheduled || o.bar) found.push_back({o.at, i, !scheduled});
-        } else if (!stack.empty() && c == ':') {
-            stack.back().last_colon = i;
-        } else if (!stack.empty() && c == '|') {
-            stack.back().bar = true;
-        }
-    }
-    // Inner brackets close first: keep the outermost, in the prompt's order.
-    std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.open < b.open; });
-    std::vector<ScheduledBracket> out;
-    size_t covered = 0;  // the end of the last bracket kept
-    for (const Found& f : found) {
-        if (!out.empty() && f.open < covered) continue;
-        out.push_back({p.substr(f.open, f.close - f.open + 1), f.alternation});
-        covered = f.close + 1;
-    }
-    return out;
 }
 
 bool has_composable_and(const std::string& p) {

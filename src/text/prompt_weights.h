@@ -37,16 +37,6 @@ std::vector<WeightedText> parse_prompt_weights(const std::string& prompt);
 // only show up after sampling, as NaN latents blamed on the model.
 void check_prompt_weights(const std::string& prompt, const std::string& what);
 
-// A1111's prompt editing, [FROM:TO:WHEN] (also [TO:WHEN], [FROM::WHEN]), and alternation,
-// [A|B|...], change the text from step to step there; this tool does not apply them (its
-// weighting reads them as [text], weight / 1.1). The brackets of the prompt that A1111 would
-// read so, outermost first, each with whether it is an alternation; for a warning.
-struct ScheduledBracket {
-    std::string text;
-    bool alternation = false;
-};
-std::vector<ScheduledBracket> scheduled_brackets(const std::string& prompt);
-
 // Whether A1111 splits this (positive) prompt at AND, a word of its own (its \bAND\b),
 // into prompts whose conditionings it combines (composable diffusion); this tool reads
 // AND as a word. For a warning.

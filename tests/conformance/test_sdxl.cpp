@@ -278,6 +278,26 @@ TEST(SdxlCliVariation, CropChangesTheLatents) {
     EXPECT_GT(sdtest::latents_relative_error(case_dir(c), out + "/latents.npy"), 1e-2);
 }
 
+// A1111's prompt editing on SDXL, whose hires pass encodes its text again at its size
+// (both encoders, the pooled vector): WHEN 0 is TO, 2.0 FROM through both passes, 1.0
+// FROM in the first pass and TO in the second (text/prompt_schedule.h).
+TEST(SdxlPromptEditing, EditsThroughBothHiresPasses) {
+    auto latents = [](const std::string& prompt) {
+        const std::string out = sdtest::temp_dir();
+        auto r = sdtest::run({sdtest::cli(), "--model", model(), "--outdir", out + "/img", "--quiet", "--threads", "1",
+                              "--sampler", "euler", "--steps", "3", "--seed", "3", "--H", "64", "--W", "64",
+                              "--hires-scale", "1.5", "--hires-steps", "2", "--hires-strength", "0.5", "--prompt",
+                              prompt, "--save-latents", out + "/latents.npy"});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return r.exit_code == 0 ? sdtest::load_tensor(out + "/latents.npy") : at::zeros({1});
+    };
+    const at::Tensor cat = latents("a cat"), dog = latents("a dog"), switched = latents("a [cat:dog:1.0]");
+    EXPECT_TRUE(at::equal(latents("a [cat:dog:0]"), dog));
+    EXPECT_TRUE(at::equal(latents("a [cat:dog:2.0]"), cat));
+    EXPECT_GT(max_abs(switched - cat), 0);
+    EXPECT_GT(max_abs(switched - dog), 0);
+}
+
 // ---- bad input ----
 
 TEST(SdxlCliErrors, BadSizeConditioningIsOneLine) {

@@ -21,6 +21,7 @@
 #include "sd/tokenizer.h"
 #include "sd/value_rules.h"
 #include "text/html_unescape.h"
+#include "text/prompt_schedule.h"
 #include "text/prompt_weights.h"
 #include "text/text_clean.h"
 
@@ -152,13 +153,18 @@ void prompt_weights(const uint8_t* data, size_t size) {
     for (const auto& tag : sd::unapplied_network_tags(prompt))
         require(tag.size() >= 4 && tag.front() == '<' && tag.back() == '>' && prompt.find(tag) != std::string::npos,
                 "a tag that is not a span of the prompt");
-    // A1111's schedule brackets: spans of the prompt, "[...]", in order, none inside another.
-    size_t after = 0;
-    for (const auto& b : sd::scheduled_brackets(prompt)) {
-        const size_t at = prompt.find(b.text, after);
-        require(b.text.size() >= 3 && b.text.front() == '[' && b.text.back() == ']' && at != std::string::npos,
-                "a schedule bracket that is not a later span of the prompt");
-        after = at + b.text.size();
+    // A1111's prompt editing and alternation: steps in order up to the last, each text at most
+    // the prompt (brackets and WHEN removed, never text added); no '[': the prompt unchanged.
+    for (const auto& [steps, first] : {std::pair{1, 0}, std::pair{7, 0}, std::pair{40, 0}, std::pair{12, 20}}) {
+        const auto schedule = sd::prompt_schedule(prompt, steps, first);
+        require(!schedule.empty() && schedule.back().until == steps, "a schedule that does not end at its steps");
+        for (size_t i = 0; i < schedule.size(); ++i) {
+            require(schedule[i].until >= 1 && (i == 0 || schedule[i - 1].until < schedule[i].until),
+                    "schedule steps out of order");
+            require(schedule[i].text.size() <= prompt.size(), "a scheduled text longer than its prompt");
+        }
+        if (prompt.find('[') == std::string::npos)
+            require(schedule.size() == 1 && schedule[0].text == prompt, "a prompt without brackets changed");
     }
     try {
         for (const auto& t : sd::find_lora_tags(prompt, "fuzz"))

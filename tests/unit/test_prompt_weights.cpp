@@ -174,28 +174,8 @@ TEST(PromptWeights, WeightsThatAreNotFiniteFloatsAreRefused) {
         EXPECT_NO_THROW(sd::check_prompt_weights(p, "--prompt")) << p.substr(0, 30);
 }
 
-// A1111's prompt editing and alternation (modules/prompt_parser.py's "scheduled" and
-// "alternate" rules) are found for the run's warning; emphasis, escapes and brackets
-// whose last part is no number are not.
-TEST(ScheduledBrackets, EditingAndAlternationAreFound) {
-    const auto found = [](const std::string& p) {
-        std::vector<std::string> out;
-        for (const auto& b : sd::scheduled_brackets(p)) out.push_back(b.text + (b.alternation ? " |" : ""));
-        return out;
-    };
-    using V = std::vector<std::string>;
-    EXPECT_EQ(found("a [cat:dog:0.5] on [grass: 10 ], [snow::3] x"), (V{"[cat:dog:0.5]", "[grass: 10 ]", "[snow::3]"}));
-    EXPECT_EQ(found("[red|green|blue] and [a|] [|] [:1]"), (V{"[red|green|blue] |", "[a|] |", "[|] |", "[:1]"}));
-    EXPECT_EQ(found("[(a:1.2):[b|c]:-.5e1]"), (V{"[(a:1.2):[b|c]:-.5e1]"}));  // the outer one holds the inner
-    EXPECT_EQ(found("[a [b:c:1]]"), (V{"[b:c:1]"}));
-    EXPECT_EQ(found("[x:(y:1.5)]"), (V{}));  // the number is inside the parentheses
-    for (const char* none : {"[red]", "(a:1.3)", "[a:b]", "[a:b:]", "[a:b:1e]", "\\[a:b:1\\]", "[a:b:0.5", "[a:b:.]",
-                             "(a|b)", "a | b", "[a:b:1x]"})
-        EXPECT_EQ(found(none), V{}) << none;
-}
-
 // A1111's composable AND: the word alone, as its \bAND\b finds it.
-TEST(ScheduledBrackets, ComposableAndIsTheWordAlone) {
+TEST(ComposableAnd, IsTheWordAlone) {
     for (const char* yes : {"a cat AND a dog", "AND", "cat AND", "(AND)", "x,AND:1.2", "a\tAND\nb"})
         EXPECT_TRUE(sd::has_composable_and(yes)) << yes;
     for (const char* no : {"a cat and a dog", "ANDROID", "BRANDS", "AND_x", "x_AND", "And", "\xc3\xa9" "AND"})
