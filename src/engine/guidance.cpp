@@ -16,26 +16,29 @@ Guidance::Guidance(UnetFn unet, const UnetConditioning& text, double scale, int6
 
 Guidance::Guidance(UnetFn unet, const TextSchedule& text, const at::Tensor& concat, double scale, int64_t rows_per_pass)
     : unet_(std::move(unet)),
+      texts_(text.texts),
       spans_(text.spans),
       scale_(scale),
       rows_per_pass_(rows_per_pass),
       guided_(text.texts.at(0).uncond.defined()) {
     if (spans_.empty()) throw std::logic_error("Guidance: a text schedule without spans");
-    for (const UnetConditioning& c : text.texts) {
-        Context ctx;
-        ctx.context = guided_ ? at::cat({c.uncond, c.cond}) : c.cond;
-        // SDXL's vector input, in the same row order as the context.
-        if (c.cond_y.defined()) ctx.y = guided_ ? at::cat({c.uncond_y, c.cond_y}) : c.cond_y;
-        contexts_.push_back(std::move(ctx));
-    }
     if (concat.defined()) concat_ = guided_ ? at::cat({concat, concat}) : concat;
 }
 
-const Guidance::Context& Guidance::current() const {
+Guidance::Context Guidance::current() const {
     // A1111's reconstruct_cond_batch: the first span whose last call is not before this one.
+    size_t text = spans_.back().text;
     for (const auto& span : spans_)
-        if (evaluations_ <= span.last_call) return contexts_.at(span.text);
-    return contexts_.at(spans_.back().text);
+        if (evaluations_ <= span.last_call) {
+            text = span.text;
+            break;
+        }
+    const UnetConditioning& c = texts_.at(text);
+    Context ctx;
+    ctx.context = guided_ ? at::cat({c.uncond, c.cond}) : c.cond;
+    // SDXL's vector input, in the same row order as the context.
+    if (c.cond_y.defined()) ctx.y = guided_ ? at::cat({c.uncond_y, c.cond_y}) : c.cond_y;
+    return ctx;
 }
 
 at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t, const Context& c) const {
@@ -52,7 +55,7 @@ at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t, const Context
 }
 
 at::Tensor Guidance::operator()(const at::Tensor& x, const at::Tensor& t) {
-    const Context& c = current();
+    const Context c = current();
     ++evaluations_;
     rows_ += x.size(0) * (guided_ ? 2 : 1);
     if (!guided_) return run(x, t, c);

@@ -63,9 +63,11 @@ private:
         at::Tensor context, y;
     };
     at::Tensor run(const at::Tensor& x, const at::Tensor& t, const Context& c) const;
-    const Context& current() const;  // the text of call evaluations_
+    // Call evaluations_'s text; both sides joined for the call (not held for every text:
+    // an edited prompt may have many).
+    Context current() const;
     UnetFn unet_;
-    std::vector<Context> contexts_;
+    std::vector<UnetConditioning> texts_;
     std::vector<TextSchedule::Span> spans_;
     at::Tensor concat_;
     double scale_;

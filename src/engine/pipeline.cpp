@@ -4,6 +4,7 @@
 #include "sd/pipeline.h"
 
 #include <chrono>
+#include <limits>
 #include <optional>
 
 #include <torch/script.h>
@@ -230,8 +231,12 @@ std::vector<TextSchedule> TorchPipeline::encode_text(const std::vector<std::stri
     const bool first_batch = times_.start_to_first_step == 0;
     const double start = seconds_since_process_start(), load_before = times_.text_load;
     const bool guided = s.scale != 1.0;
+    // Texts beyond the first set (an edited prompt's) take what the plan leaves.
+    const double room =
+        plan.budget > 0 ? std::max(0.0, plan.budget - plan.peak()) : std::numeric_limits<double>::infinity();
     TextScheduler scheduler(
-        [&](const std::vector<std::string>& p, const std::vector<std::string>& n) { return text_->encode(p, n, s); });
+        [&](const std::vector<std::string>& p, const std::vector<std::string>& n) { return text_->encode(p, n, s); },
+        room);
     const std::vector<std::string> negatives(guided ? prompts.size() : 0, s.negative_prompt);
     std::vector<TextSchedule> out;
     for (const TextPass& pass : passes)

@@ -4,7 +4,9 @@
 // them changes, and each distinct set of texts encoded once.
 #pragma once
 #include <functional>
+#include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,19 +27,27 @@ public:
     // Encodes one text per image for each side (negatives empty: unguided).
     using EncodeFn = std::function<UnetConditioning(const std::vector<std::string>& prompts,
                                                     const std::vector<std::string>& negatives)>;
-    explicit TextScheduler(EncodeFn encode) : encode_(std::move(encode)) {}
+    // room: the bytes the texts may hold beyond one set of them (which every memory
+    // plan counts); more distinct sets than fit are refused before they are encoded.
+    explicit TextScheduler(EncodeFn encode, double room = std::numeric_limits<double>::infinity())
+        : encode_(std::move(encode)), room_(room) {}
 
     // One pass over `steps` (prompt_schedule_steps); first_pass_steps as prompt_schedule's
     // (a hires fix's second pass). With scheduling off (--prompt-syntax plain) every
     // text is used as it is. Texts already encoded by this scheduler, for this
-    // pass or an earlier one, are not encoded again.
+    // pass or an earlier one, are not encoded again. Throws sd::Error when the distinct
+    // sets would not fit `room`.
     TextSchedule pass(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                       bool scheduling, int steps, int first_pass_steps = 0);
 
 private:
+    using Texts = std::pair<std::vector<std::string>, std::vector<std::string>>;  // prompts, negatives
+    // Encodes sets not encoded yet, after checking they fit room_.
+    void encode_new(std::set<Texts> fresh);
     EncodeFn encode_;
+    double room_, set_bytes_ = 0;  // set_bytes_: the first set's, the measure of the others
     std::vector<UnetConditioning> texts_;
-    std::map<std::pair<std::vector<std::string>, std::vector<std::string>>, size_t> index_;
+    std::map<Texts, size_t> index_;
 };
 
 }  // namespace sd

@@ -131,9 +131,15 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
         const int second = prompt_schedule_steps(s.sampler, s.hires.steps > 0 ? s.hires.steps : s.steps);
         auto check = [&](const std::string& prompt, const std::string& what) {
             check_prompt_weights(prompt, what);
-            for (const auto& e : prompt_schedule(prompt, first)) check_prompt_weights(e.text, what);
-            if (s.hires.active())
-                for (const auto& e : prompt_schedule(prompt, second, first)) check_prompt_weights(e.text, what);
+            std::vector<ScheduledText> texts;
+            try {
+                texts = prompt_schedule(prompt, first);
+                if (s.hires.active())
+                    for (auto& e : prompt_schedule(prompt, second, first)) texts.push_back(std::move(e));
+            } catch (const Error& e) {
+                throw Error(what + ": " + e.what());
+            }
+            for (const auto& e : texts) check_prompt_weights(e.text, what);
         };
         check(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
         check(item.negative_prompt, flag ? "--negative-prompt" : item.where + ": the negative prompt");

@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "sd/error.h"
+
 namespace sd {
 
 namespace {
@@ -290,6 +292,12 @@ std::vector<ScheduledText> prompt_schedule(const std::string& prompt, int steps,
     if (!changes.edits && !changes.alternates) return unchanged;
     if (changes.alternates)
         for (int s = 1; s <= steps; ++s) changes.at.insert(s);
+    // Each text is at most the prompt's length.
+    if (changes.at.size() * prompt.size() > kMaxScheduleBytes)
+        throw Error("its editing and alternation make " + std::to_string(changes.at.size()) + " texts of up to " +
+                    std::to_string(prompt.size()) + " bytes over " + std::to_string(steps) + " steps, more than " +
+                    std::to_string(kMaxScheduleBytes >> 20) +
+                    " MiB of text to hold; use fewer steps, or a shorter prompt with fewer alternations");
     std::vector<ScheduledText> out;
     for (int step : changes.at) {
         std::string text;

@@ -33,7 +33,13 @@ struct ScheduledText {
 // `steps` the second pass's: a WHEN without a decimal point then counts on from
 // the first pass's steps, and a fraction from 1 (1.5: half of the second pass;
 // 0.5: before the second pass starts). 0 for a first pass.
+//
+// Throws sd::Error when the texts would take more than kMaxScheduleBytes (a
+// prompt of thousands of bytes alternating over hundreds of steps): they are
+// held while the batch's text is encoded.
 std::vector<ScheduledText> prompt_schedule(const std::string& prompt, int steps, int first_pass_steps = 0);
+
+constexpr size_t kMaxScheduleBytes = size_t{8} << 20;
 
 // More brackets open at once than this leave a prompt as it is written.
 constexpr int kMaxScheduleDepth = 200;

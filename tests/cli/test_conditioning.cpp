@@ -7,6 +7,7 @@
 
 #include "engine/conditioning.h"
 #include "engine/text_schedule.h"
+#include "sd/error.h"
 #include "sd/sampler_catalog.h"
 #include "conformance_util.h"
 #include "sd/model_config.h"
@@ -209,6 +210,24 @@ TEST(TextSchedule, ImagesScheduleTogetherAndEachTextSetIsEncodedOnce) {
     const sd::TextSchedule alt = scheduler.pass({"[p|q]"}, {}, true, 6);
     EXPECT_EQ(alt.spans.size(), 6u);
     EXPECT_EQ(alt.texts.size(), 2u);
+}
+
+// Sets of texts beyond the first take the room they are given; more are refused, in one
+// line, before any of them is encoded.
+TEST(TextSchedule, SetsThatDoNotFitTheirRoomAreRefusedBeforeEncoding) {
+    NumberingEncoder enc;
+    const double set = 2 * sizeof(float);  // one cond and one uncond value of one image
+    sd::TextScheduler fits(std::ref(enc), 1.5 * set);
+    EXPECT_EQ(fits.pass({"[a:b:2]"}, {"n"}, true, 4).texts.size(), 2u);
+    sd::TextScheduler tight(std::ref(enc), 1.5 * set);
+    enc.calls.clear();
+    try {
+        tight.pass({"[a|b|c]"}, {"n"}, true, 4);
+        ADD_FAILURE() << "three sets in room for two";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("make 3 different sets of texts"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(enc.calls.size(), 1u);  // the first, which measures the others
 }
 
 // Each model call sees the text of the first span whose last call it has not passed

@@ -4,6 +4,8 @@
 // returned for the others (run on lark 1.1.5 while this was written).
 #include "text/prompt_schedule.h"
 
+#include "sd/error.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -97,6 +99,16 @@ TEST(PromptSchedule, DeepOrLongPromptsStayBounded) {
     const std::string limit = std::string(n - 1, '[') + "cat:dog:2" + std::string(n - 1, ']');
     EXPECT_EQ(schedule(limit, 4), (Schedule{{2, std::string(n - 2, '[') + "cat" + std::string(n - 2, ']')},
                                             {4, std::string(n - 2, '[') + "dog" + std::string(n - 2, ']')}}));
+    // Texts that would take more than kMaxScheduleBytes are refused, in one line.
+    const std::string wide = "[a|b] " + std::string(9000, 'x');
+    EXPECT_EQ(sd::prompt_schedule(wide, 900).size(), 900u);  // 8.1 MB: the limit is 8 MiB
+    try {
+        sd::prompt_schedule(wide, 1000);
+        ADD_FAILURE() << "1000 texts of 9006 bytes";
+    } catch (const sd::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("make 1000 texts of up to 9006 bytes over 1000 steps"), std::string::npos)
+            << e.what();
+    }
     // A long prompt of many brackets, unclosed ones among them: each parsed once.
     std::string many;
     for (int i = 0; i < 20000; ++i) many += "(a) [b:c:1] [d) ";
