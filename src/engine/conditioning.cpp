@@ -1,6 +1,5 @@
 #include "engine/conditioning.h"
 
-#include "sd/error.h"
 #include "sd/model_config.h"
 #include "sd/tokenizer.h"
 
@@ -48,8 +47,6 @@ Conditioning encode_conditioning(const TextEncodeFn& encode_prompt, const TextEn
                                  const ClipTokenizer& tok, const ModelConfig& c,
                                  const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
                                  const PromptSyntax& syntax, const std::vector<AddedWord>& added) {
-    if (!negatives.empty() && prompts.size() != negatives.size())
-        throw Error("every prompt needs its negative prompt (may be empty)");
     const int64_t L = c.context_length;
     auto tokenize = [&](const std::vector<std::string>& texts) {
         std::vector<PromptChunks> v;

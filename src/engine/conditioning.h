@@ -26,7 +26,8 @@ struct Conditioning {
 // its mean is what it was (AUTOMATIC1111's emphasis). z [L, D], weights [L].
 at::Tensor apply_weights(const at::Tensor& z, const std::vector<float>& weights);
 
-// Encodes prompts and negatives (one each per image, or none at all: then only
+// Encodes prompts (one per conditional row: an image's, or each part of an
+// A1111 composed one) and negatives (one per image, or none at all: then only
 // the prompts are encoded and uncond is left undefined). Every context gets the
 // largest chunk count k of the batch: shorter ones are padded with the
 // encoding of the empty prompt, chunk by chunk (as AUTOMATIC1111 pads the

@@ -18,11 +18,22 @@ Guidance::Guidance(UnetFn unet, const TextSchedule& text, const at::Tensor& conc
     : unet_(std::move(unet)),
       texts_(text.texts),
       spans_(text.spans),
+      parts_(text.parts),
       scale_(scale),
       rows_per_pass_(rows_per_pass),
       guided_(text.texts.at(0).uncond.defined()) {
     if (spans_.empty()) throw std::logic_error("Guidance: a text schedule without spans");
-    if (concat.defined()) concat_ = guided_ ? at::cat({concat, concat}) : concat;
+    if (!parts_.empty() && !guided_)
+        throw std::logic_error("Guidance: composed prompts without the unconditional side");
+    if (!parts_.empty()) {
+        std::vector<int64_t> images;
+        for (const auto& p : parts_) images.push_back(p.image);
+        part_images_ = at::tensor(images, at::kLong);
+    }
+    if (concat.defined())
+        concat_ = !guided_         ? concat
+                  : parts_.empty() ? at::cat({concat, concat})
+                                   : at::cat({concat, concat.index_select(0, part_images_.to(concat.device()))});
 }
 
 Guidance::Context Guidance::current() const {
@@ -57,6 +68,21 @@ at::Tensor Guidance::run(const at::Tensor& x, const at::Tensor& t, const Context
 at::Tensor Guidance::operator()(const at::Tensor& x, const at::Tensor& t) {
     const Context c = current();
     ++evaluations_;
+    if (!parts_.empty()) {
+        // A1111's combine_denoised: the unconditional rows first, then each part's, its image's
+        // x repeated; each part adds weight * scale times its difference from its image's e_u.
+        const int64_t n = x.size(0);
+        const at::Tensor images = part_images_.to(x.device());
+        rows_ += n + static_cast<int64_t>(parts_.size());
+        const at::Tensor out = run(at::cat({x, x.index_select(0, images)}), at::cat({t, t.index_select(0, images)}), c);
+        const at::Tensor e_u = out.slice(0, 0, n);
+        at::Tensor guided = e_u.clone();
+        for (size_t j = 0; j < parts_.size(); ++j) {
+            const int64_t i = parts_[j].image;
+            guided[i] += (out[n + static_cast<int64_t>(j)] - e_u[i]) * (parts_[j].weight * scale_);
+        }
+        return guided;
+    }
     rows_ += x.size(0) * (guided_ ? 2 : 1);
     if (!guided_) return run(x, t, c);
     auto parts = run(at::cat({x, x}), at::cat({t, t}), c).chunk(2);

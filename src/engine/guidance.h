@@ -31,14 +31,23 @@ struct UnetConditioning {
 // (A1111's prompt editing and alternation, engine/text_schedule.h): spans[k]
 // serves the calls after spans[k - 1].last_call up to its own last_call
 // (calls counted from 0); a call past the last span keeps the last text.
-// Each text is one per image, as above (its concat unused: Guidance takes it apart).
+// Each text is as above (its concat unused: Guidance takes it apart), except
+// where A1111's composable prompts ("a cat AND a dog:0.5") give an image more
+// conditional rows: then `parts` says, for each conditional row in order, its
+// image and weight, and the image's output is e_u + scale * sum(w (e_c - e_u)).
+// Empty parts: one conditional row per image, weight 1.
 struct TextSchedule {
     struct Span {
         long long last_call;
         size_t text;  // into texts
     };
+    struct Part {
+        int64_t image;
+        double weight;
+    };
     std::vector<UnetConditioning> texts;
     std::vector<Span> spans;
+    std::vector<Part> parts;
 };
 
 // e_u + scale * (e_c - e_u): the guided output of the two halves.
@@ -55,7 +64,7 @@ public:
     // The guided output for x at timesteps t (one per image).
     at::Tensor operator()(const at::Tensor& x, const at::Tensor& t);
     long long evaluations() const { return evaluations_; }
-    long long rows() const { return rows_; }  // UNet rows run, two per image when guided
+    long long rows() const { return rows_; }  // UNet rows run: two per image when guided, more with parts
 
 private:
     // One text's UNet inputs, both sides in row order.
@@ -69,6 +78,8 @@ private:
     UnetFn unet_;
     std::vector<UnetConditioning> texts_;
     std::vector<TextSchedule::Span> spans_;
+    std::vector<TextSchedule::Part> parts_;
+    at::Tensor part_images_;  // parts_' images, to repeat an image's rows for its parts
     at::Tensor concat_;
     double scale_;
     int64_t rows_per_pass_;

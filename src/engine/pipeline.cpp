@@ -230,7 +230,8 @@ std::vector<TextSchedule> TorchPipeline::encode_text(const std::vector<std::stri
     const StageMeter meter(options_.measure_stages);
     const bool first_batch = times_.start_to_first_step == 0;
     const double start = seconds_since_process_start(), load_before = times_.text_load;
-    const bool guided = s.scale != 1.0;
+    // Scale 1 needs the unconditional side only for A1111's composed prompts (AND, "text:0.5").
+    const bool guided = s.scale != 1.0 || (s.prompt_weights && composes(prompts));
     // Texts beyond the first set (an edited prompt's) take what the plan leaves.
     const double room =
         plan.budget > 0 ? std::max(0.0, plan.budget - plan.peak()) : std::numeric_limits<double>::infinity();

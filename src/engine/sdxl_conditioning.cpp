@@ -63,8 +63,6 @@ SdxlConditioning encode_sdxl_conditioning(const SdxlEncoders& prompt_encoders, c
                                           const std::vector<std::string>& prompts,
                                           const std::vector<std::string>& negatives, const PromptSyntax& syntax,
                                           const SizeValues& sizes, const std::vector<AddedWord>& added) {
-    if (!negatives.empty() && prompts.size() != negatives.size())
-        throw Error("every prompt needs its negative prompt (may be empty)");
     const int64_t L = c.context_length;
     auto tokenize = [&](const std::vector<std::string>& texts, int pad) {
         std::vector<PromptChunks> v;

@@ -38,7 +38,7 @@ using SizeValues = std::array<int, 6>;
 // as the reference computes them. [6 * dim].
 at::Tensor size_embedding(const SizeValues& sizes, int dim);
 
-// Prompts and negatives (one each per image, or no negatives: then uncond is
+// Prompts (one per conditional row) and negatives (one per image, or none: then uncond is
 // undefined) through both encoders. Each prompt is tokenized once per encoder
 // (the first pads with config.pad_id, the second with its own pad id), in the
 // same 75-token windows with the same A1111 weights, which each encoder's

@@ -17,7 +17,8 @@ namespace sd {
 class TextConditioner {
 public:
     virtual ~TextConditioner() = default;
-    // One prompt per image, and one negative per image or none at all (no
+    // One prompt per conditional row (an image's, or each part of an A1111 composed
+    // one), and one negative per image or none at all (no
     // guidance: the unconditional side is left undefined). The encoders load
     // on first use; the caller releases them (LoadedStages).
     virtual UnetConditioning encode(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,

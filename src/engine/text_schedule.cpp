@@ -1,9 +1,13 @@
 #include "engine/text_schedule.h"
 
+#include <algorithm>
 #include <set>
+#include <stdexcept>
+#include <utility>
 
 #include "sd/error.h"
 #include "text/prompt_schedule.h"
+#include "text/prompt_weights.h"
 
 namespace sd {
 
@@ -24,6 +28,14 @@ double bytes_of(const UnetConditioning& c) {
 }
 
 }  // namespace
+
+bool composes(const std::vector<std::string>& prompts) {
+    for (const auto& p : prompts) {
+        const auto parts = composed_parts(p);
+        if (parts.size() > 1 || parts[0].weight != 1.0) return true;
+    }
+    return false;
+}
 
 void TextScheduler::encode_new(std::set<Texts> fresh) {
     size_t left = fresh.size();
@@ -52,17 +64,35 @@ void TextScheduler::encode_new(std::set<Texts> fresh) {
 }
 
 TextSchedule TextScheduler::pass(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
-                                 bool scheduling, int steps, int first_pass_steps) {
+                                 bool a1111, int steps, int first_pass_steps) {
+    TextSchedule out;
+    // The conditional rows: each prompt's parts (A1111's AND), or the prompt itself.
+    std::vector<std::string> rows_text;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        if (!a1111) {
+            rows_text.push_back(prompts[i]);
+            continue;
+        }
+        for (auto& part : composed_parts(prompts[i])) {
+            rows_text.push_back(std::move(part.text));
+            out.parts.push_back({static_cast<int64_t>(i), part.weight});
+        }
+    }
+    if (out.parts.size() == prompts.size() &&
+        std::all_of(out.parts.begin(), out.parts.end(), [](const auto& p) { return p.weight == 1.0; }))
+        out.parts.clear();  // one row per image, weight 1: plain guidance
+    if (!out.parts.empty() && negatives.empty())
+        throw std::logic_error("TextScheduler: composed prompts need the unconditional side");
     // Each distinct text's schedule once: a batch repeats its prompt, and its images share the negative.
     std::map<std::string, std::vector<ScheduledText>> schedules;
-    std::vector<const std::vector<ScheduledText>*> rows;  // the prompts', then the negatives'
-    for (const auto* side : {&prompts, &negatives})
+    std::vector<const std::vector<ScheduledText>*> rows;  // the conditional rows', then the negatives'
+    for (const std::vector<std::string>* side : {&std::as_const(rows_text), &negatives})
         for (const std::string& t : *side) {
             auto it = schedules.find(t);
             if (it == schedules.end())
                 it = schedules
-                         .emplace(t, scheduling ? prompt_schedule(t, steps, first_pass_steps)
-                                                : std::vector<ScheduledText>{{steps, t}})
+                         .emplace(t, a1111 ? prompt_schedule(t, steps, first_pass_steps)
+                                           : std::vector<ScheduledText>{{steps, t}})
                          .first;
             rows.push_back(&it->second);
         }
@@ -73,14 +103,13 @@ TextSchedule TextScheduler::pass(const std::vector<std::string>& prompts, const 
     auto texts_at = [&](int step) {
         Texts t;
         for (size_t r = 0; r < rows.size(); ++r)
-            (r < prompts.size() ? t.first : t.second).push_back(text_at(*rows[r], step));
+            (r < rows_text.size() ? t.first : t.second).push_back(text_at(*rows[r], step));
         return t;
     };
     std::set<Texts> fresh;
     for (int step : changes)
         if (Texts t = texts_at(step); !index_.count(t)) fresh.insert(std::move(t));
     encode_new(std::move(fresh));
-    TextSchedule out;
     std::map<size_t, size_t> local;  // this scheduler's text -> the pass's
     for (int step : changes) {
         const size_t text = index_.at(texts_at(step));

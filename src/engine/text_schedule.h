@@ -1,7 +1,8 @@
-// A batch's prompts, with A1111's prompt editing and alternation
-// (text/prompt_schedule.h), as the text each model call of a pass sees: the
-// images' schedules (prompts and negatives) merged at every step where one of
-// them changes, and each distinct set of texts encoded once.
+// A batch's prompts, with A1111's composable prompts (AND and a part's weight,
+// text/prompt_weights.h) and its prompt editing and alternation
+// (text/prompt_schedule.h), as the text each model call of a pass sees: each
+// prompt split into its parts, the parts' and negatives' schedules merged at
+// every step where one of them changes, and each distinct set of texts encoded once.
 #pragma once
 #include <functional>
 #include <limits>
@@ -22,9 +23,13 @@ struct TextPass {
     int first_pass_steps = 0;
 };
 
+// Whether some prompt is composed (more than one part, or a weight other than 1): its
+// batch needs the unconditional side even at scale 1, as A1111 computes it.
+bool composes(const std::vector<std::string>& prompts);
+
 class TextScheduler {
 public:
-    // Encodes one text per image for each side (negatives empty: unguided).
+    // Encodes prompts (one per conditional row) and negatives (one per image; none: unguided).
     using EncodeFn = std::function<UnetConditioning(const std::vector<std::string>& prompts,
                                                     const std::vector<std::string>& negatives)>;
     // room: the bytes the texts may hold beyond one set of them (which every memory
@@ -33,12 +38,13 @@ public:
         : encode_(std::move(encode)), room_(room) {}
 
     // One pass over `steps` (prompt_schedule_steps); first_pass_steps as prompt_schedule's
-    // (a hires fix's second pass). With scheduling off (--prompt-syntax plain) every
-    // text is used as it is. Texts already encoded by this scheduler, for this
+    // (a hires fix's second pass). Prompts and negatives one per image (negatives empty:
+    // unguided, which a composed prompt is not). With A1111's syntax off (--prompt-syntax
+    // plain) every text is used as it is. Texts already encoded by this scheduler, for this
     // pass or an earlier one, are not encoded again. Throws sd::Error when the distinct
     // sets would not fit `room`.
-    TextSchedule pass(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives,
-                      bool scheduling, int steps, int first_pass_steps = 0);
+    TextSchedule pass(const std::vector<std::string>& prompts, const std::vector<std::string>& negatives, bool a1111,
+                      int steps, int first_pass_steps = 0);
 
 private:
     using Texts = std::pair<std::vector<std::string>, std::vector<std::string>>;  // prompts, negatives

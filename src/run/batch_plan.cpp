@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/printable.h"
 #include "sd/error.h"
 #include "sd/loras.h"
 #include "sd/noise_rules.h"
@@ -125,24 +127,37 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
             : job.loras;
     if (item.settings.prompt_weights) {
         const bool flag = item.line == 0;
-        // And each text A1111's prompt editing makes of it, in both passes of a hires fix.
+        // And each text A1111's composition (AND, a part's weight; the prompt only) and prompt
+        // editing make of it, in both passes of a hires fix.
         const GenerateSettings& s = item.settings;
         const int first = prompt_schedule_steps(s.sampler, s.steps);
         const int second = prompt_schedule_steps(s.sampler, s.hires.steps > 0 ? s.hires.steps : s.steps);
-        auto check = [&](const std::string& prompt, const std::string& what) {
+        auto check = [&](const std::string& prompt, const std::string& what, bool composed) {
             check_prompt_weights(prompt, what);
+            std::vector<std::string> parts = {prompt};
+            if (composed) {
+                parts.clear();
+                for (auto& part : composed_parts(prompt)) {
+                    if (!std::isfinite(part.weight))
+                        throw Error(what + ": the weight of the part \"" + printable(part.text) +
+                                    "\" (after AND, or at the end) is not a finite number");
+                    parts.push_back(std::move(part.text));
+                }
+            }
             std::vector<ScheduledText> texts;
             try {
-                texts = prompt_schedule(prompt, first);
-                if (s.hires.active())
-                    for (auto& e : prompt_schedule(prompt, second, first)) texts.push_back(std::move(e));
+                for (const auto& part : parts) {
+                    for (auto& e : prompt_schedule(part, first)) texts.push_back(std::move(e));
+                    if (s.hires.active())
+                        for (auto& e : prompt_schedule(part, second, first)) texts.push_back(std::move(e));
+                }
             } catch (const Error& e) {
                 throw Error(what + ": " + e.what());
             }
             for (const auto& e : texts) check_prompt_weights(e.text, what);
         };
-        check(item.prompt, flag ? "--prompt" : item.where + ": the prompt");
-        check(item.negative_prompt, flag ? "--negative-prompt" : item.where + ": the negative prompt");
+        check(item.prompt, flag ? "--prompt" : item.where + ": the prompt", true);
+        check(item.negative_prompt, flag ? "--negative-prompt" : item.where + ": the negative prompt", false);
     }
     return item;
 }

@@ -398,7 +398,6 @@ struct RunState {
     Extras extras;
     std::set<std::string> pictures_checked;  // for their EXIF orientation
     std::set<std::string> syntax_warned;     // extra-network tags not applied
-    bool and_warned = false;                 // A1111's AND, said once a run
 };
 
 // What viewers do to a picture with this EXIF orientation (2 to 8).
@@ -429,8 +428,7 @@ std::vector<const PromptItem*> items_made(const RunPlan& plan, const std::vector
 // - a picture whose EXIF orientation tells viewers to turn or mirror it is used as
 //   stored, as the references' PIL reads it;
 // - a prompt's extra-network tags other than LoRA ones (a hypernetwork's, ...) are left
-//   out of the text, as A1111 leaves them out, but nothing applies them;
-// - A1111's AND is read as a word.
+//   out of the text, as A1111 leaves them out, but nothing applies them.
 void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2ImgEvents& events, RunState& st) {
     if (!events.warning) return;
     for (const PromptItem* item : items) {
@@ -451,15 +449,6 @@ void warn_before_making(const std::vector<const PromptItem*>& items, const Txt2I
                 events.warning(item->where + ": " + printable(tag) +
                                " is an A1111 extra network that this tool does not apply (only <lora:...> and "
                                "<lyco:...> are); it is left out of the prompt, as A1111 leaves it out");
-        const std::string prompt = strip_network_tags(item->prompt);
-        // A1111 splits the prompt at AND, not the negative prompt. Once a run: the first line that has it.
-        if (!st.and_warned && has_composable_and(prompt)) {
-            st.and_warned = true;
-            events.warning(item->where +
-                           ": AND is A1111's composable prompt (each part its own conditioning, combined), which "
-                           "this tool does not apply: it reads AND as a word, so the picture is not the one A1111 "
-                           "makes (said once a run)");
-        }
     }
 }
 

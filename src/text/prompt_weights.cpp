@@ -135,12 +135,46 @@ std::vector<WeightedText> parse_prompt_weights(const std::string& p) {
     return merged;
 }
 
-bool has_composable_and(const std::string& p) {
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// A1111's re_weight on one part: ^(.*?)(?:\s*:\s*([-+]?(?:\d+\.?|\d*\.\d+)))?\s*$.
+ComposedPart weighed(const std::string& part) {
+    size_t end = part.size();
+    while (end > 0 && is_space(part[end - 1])) --end;
+    // The number: digits with at most one point, and digits on at least one side of it.
+    size_t from = end;
+    bool point = false, digits = false;
+    while (from > 0 && (is_digit(part[from - 1]) || (part[from - 1] == '.' && !point))) {
+        point = point || part[from - 1] == '.';
+        digits = digits || part[from - 1] != '.';
+        --from;
+    }
+    size_t sign = from;
+    if (sign > 0 && (part[sign - 1] == '+' || part[sign - 1] == '-')) --sign;
+    size_t colon = sign;
+    while (colon > 0 && is_space(part[colon - 1])) --colon;
+    if (!digits || colon == 0 || part[colon - 1] != ':') return {part.substr(0, end), 1.0};
+    size_t text_end = colon - 1;
+    while (text_end > 0 && is_space(part[text_end - 1])) --text_end;
+    return {part.substr(0, text_end), std::strtod(part.substr(sign, end - sign).c_str(), nullptr)};
+}
+
+}  // namespace
+
+std::vector<ComposedPart> composed_parts(const std::string& p) {
     // Python's \b: a word character on one side only (ASCII letters, digits, '_', and any
     // non-ASCII letter, which is_word approximates by the byte).
+    std::vector<ComposedPart> out;
+    size_t from = 0;
     for (size_t at = p.find("AND"); at != std::string::npos; at = p.find("AND", at + 1))
-        if ((at == 0 || !is_word(p[at - 1])) && (at + 3 == p.size() || !is_word(p[at + 3]))) return true;
-    return false;
+        if ((at == 0 || !is_word(p[at - 1])) && (at + 3 == p.size() || !is_word(p[at + 3]))) {
+            out.push_back(weighed(p.substr(from, at - from)));
+            from = at + 3;
+        }
+    out.push_back(weighed(p.substr(from)));
+    return out;
 }
 
 void check_prompt_weights(const std::string& prompt, const std::string& what) {

@@ -37,10 +37,17 @@ std::vector<WeightedText> parse_prompt_weights(const std::string& prompt);
 // only show up after sampling, as NaN latents blamed on the model.
 void check_prompt_weights(const std::string& prompt, const std::string& what);
 
-// Whether A1111 splits this (positive) prompt at AND, a word of its own (its \bAND\b),
-// into prompts whose conditionings it combines (composable diffusion); this tool reads
-// AND as a word. For a warning.
-bool has_composable_and(const std::string& prompt);
+// A1111's composable prompts ("composable diffusion"): a (positive) prompt split at
+// AND, a word of its own (its \bAND\b), each part with the weight a trailing
+// ":NUMBER" gives it (1 without one; the number and the space before the colon
+// leave the text). A prompt without AND is one part, with its weight too: "a
+// cat:0.5" is "a cat" at half the guidance. The guided output is
+// e_u + scale * sum(weight * (e_part - e_u)) (engine/guidance.h).
+struct ComposedPart {
+    std::string text;
+    double weight = 1.0;
+};
+std::vector<ComposedPart> composed_parts(const std::string& prompt);
 
 struct PromptSyntax {
     bool long_prompts = true;  // more than 75 tokens: more chunks (else: truncated to one)

@@ -311,3 +311,20 @@ TEST(PromptEditing, AWeightBeyondFloatInAnEditedTextIsRefused) {
     EXPECT_NE(r.err.find("--prompt: the weight of \"cat\" is not a finite number"), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(out + "/00000.png"));
 }
+
+// A1111's composed prompts through the CLI: a prompt's own weight is its share of the
+// guidance, bit for bit; AND adds a part; at scale 1 the parts still combine.
+TEST(ComposedPrompts, PartsCombineAsTheWebUiCombinesThem) {
+    const at::Tensor cat = latents_for("a cat");
+    EXPECT_TRUE(at::equal(latents_for("a cat:0.5"), latents_for("a cat", "", "a1111", {"--scale", "3.75"})));
+    EXPECT_TRUE(at::equal(latents_for("a cat :1"), cat));
+    const at::Tensor both = latents_for("a cat AND a dog"), zero = latents_for("a cat AND a dog:0");
+    EXPECT_GT(sdtest::max_abs_diff(both, cat), 1e-3);
+    // A part of weight 0 adds nothing (its rows run in a larger batch: rounding only).
+    EXPECT_LT(sdtest::max_abs_diff(zero, cat), 1e-4 * cat.abs().max().item<double>());
+    const std::vector<std::string> one = {"--scale", "1"};
+    EXPECT_GT(sdtest::max_abs_diff(latents_for("a cat AND a dog", "", "a1111", one), latents_for("a cat", "", "a1111", one)),
+              1e-3);
+    // --prompt-syntax plain: AND and the number are words.
+    EXPECT_FALSE(at::equal(latents_for("a cat:0.5", "", "plain"), latents_for("a cat:0.5")));
+}

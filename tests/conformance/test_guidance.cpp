@@ -52,4 +52,25 @@ TEST(GuidanceRows, ScaleOneRunsTheCondRowsOnly) {
     EXPECT_EQ(g.rows(), 2);
 }
 
+// A1111's composed prompts: image 0 of two parts (weights 1 and 0.5), image 1 of one (weight
+// 2); the unconditional rows first, then each part's, and combine_denoised's sum.
+TEST(GuidanceRows, ComposedPartsAddTheirWeightedDifferences) {
+    RecordingUnet unet;
+    sd::TextSchedule text;
+    const at::Tensor cond = at::tensor({1.0f, 2.0f, 3.0f}), uncond = at::tensor({-1.0f, -2.0f});
+    text.texts.push_back({cond, uncond, {}, {}});
+    text.spans = {{0, 0}};
+    text.parts = {{0, 1.0}, {0, 0.5}, {1, 2.0}};
+    sd::Guidance g(std::ref(unet), text, {}, 7.5, 8);
+    const at::Tensor x = at::tensor({0.25f, 0.5f}).view({2, 1, 1, 1}), t = at::tensor({5, 5});
+    const at::Tensor out = g(x, t);
+    EXPECT_EQ(unet.pass_rows, std::vector<int64_t>{5});
+    EXPECT_EQ(g.rows(), 5);
+    // rows: [u0, u1, c0 (image 0), c1 (image 0), c2 (image 1)]: x * 10 + context
+    const float e_u0 = 2.5f - 1, e_u1 = 5 - 2, e_c0 = 2.5f + 1, e_c1 = 2.5f + 2, e_c2 = 5 + 3;
+    const float want0 = e_u0 + (e_c0 - e_u0) * 7.5f + (e_c1 - e_u0) * 3.75f, want1 = e_u1 + (e_c2 - e_u1) * 15.0f;
+    EXPECT_FLOAT_EQ(out[0].item<float>(), want0);
+    EXPECT_FLOAT_EQ(out[1].item<float>(), want1);
+}
+
 }  // namespace

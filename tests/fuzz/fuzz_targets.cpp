@@ -153,6 +153,16 @@ void prompt_weights(const uint8_t* data, size_t size) {
     for (const auto& tag : sd::unapplied_network_tags(prompt))
         require(tag.size() >= 4 && tag.front() == '<' && tag.back() == '>' && prompt.find(tag) != std::string::npos,
                 "a tag that is not a span of the prompt");
+    // A1111's composed parts: pieces of the prompt between ANDs, no more text than it has.
+    size_t part_chars = 0;
+    const auto parts = sd::composed_parts(prompt);
+    require(!parts.empty(), "no composed parts");
+    for (const auto& part : parts) {
+        require(prompt.find(part.text) != std::string::npos, "a composed part that is not a span of the prompt");
+        require(!std::isnan(part.weight), "a NaN part weight");
+        part_chars += part.text.size();
+    }
+    require(part_chars <= prompt.size(), "composed parts longer than their prompt");
     // A1111's prompt editing and alternation: steps in order up to the last, each text at most
     // the prompt (brackets and WHEN removed, never text added); no '[': the prompt unchanged.
     for (const auto& [steps, first] : {std::pair{1, 0}, std::pair{7, 0}, std::pair{40, 0}, std::pair{12, 20}}) {

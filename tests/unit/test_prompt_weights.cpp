@@ -174,10 +174,27 @@ TEST(PromptWeights, WeightsThatAreNotFiniteFloatsAreRefused) {
         EXPECT_NO_THROW(sd::check_prompt_weights(p, "--prompt")) << p.substr(0, 30);
 }
 
-// A1111's composable AND: the word alone, as its \bAND\b finds it.
-TEST(ComposableAnd, IsTheWordAlone) {
-    for (const char* yes : {"a cat AND a dog", "AND", "cat AND", "(AND)", "x,AND:1.2", "a\tAND\nb"})
-        EXPECT_TRUE(sd::has_composable_and(yes)) << yes;
-    for (const char* no : {"a cat and a dog", "ANDROID", "BRANDS", "AND_x", "x_AND", "And", "\xc3\xa9" "AND"})
-        EXPECT_FALSE(sd::has_composable_and(no)) << no;
+// A1111's composable prompts: split at AND, the word alone (its \bAND\b), each part
+// with the weight a trailing ":NUMBER" gives it (its re_weight: these are what its
+// regular expressions give).
+TEST(ComposedParts, SplitAtTheWordAndWeighedAtTheEnd) {
+    using P = std::vector<std::pair<std::string, double>>;
+    const auto parts = [](const std::string& p) {
+        P out;
+        for (const auto& part : sd::composed_parts(p)) out.emplace_back(part.text, part.weight);
+        return out;
+    };
+    EXPECT_EQ(parts("a cat AND a dog"), (P{{"a cat", 1.0}, {" a dog", 1.0}}));
+    EXPECT_EQ(parts("a cat :1.5 AND a dog: -.5 "), (P{{"a cat", 1.5}, {" a dog", -0.5}}));
+    EXPECT_EQ(parts("a cat:0.5"), (P{{"a cat", 0.5}}));  // one part, its weight too
+    EXPECT_EQ(parts("a cat:2."), (P{{"a cat", 2.0}}));
+    EXPECT_EQ(parts("(cat:1.2)"), (P{{"(cat:1.2)", 1.0}}));  // a bracket after the number: no weight
+    for (const char* no : {"a cat:1.2.3", "a cat:1e2", "a cat:- 1", "a cat:", "a cat:.", "12:30 pm"})
+        EXPECT_EQ(parts(no), (P{{no, 1.0}})) << no;
+    EXPECT_EQ(parts("ratio 16:9"), (P{{"ratio 16", 9.0}}));  // as A1111 reads it
+    EXPECT_EQ(parts("AND"), (P{{"", 1.0}, {"", 1.0}}));
+    EXPECT_EQ(parts("x,AND:1.2"), (P{{"x,", 1.0}, {"", 1.2}}));
+    EXPECT_EQ(parts("a\tAND\nb  "), (P{{"a", 1.0}, {"\nb", 1.0}}));
+    for (const char* one : {"a cat and a dog", "ANDROID", "BRANDS", "AND_x", "x_AND", "And", "\xc3\xa9" "AND"})
+        EXPECT_EQ(parts(one).size(), 1u) << one;
 }
