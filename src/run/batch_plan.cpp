@@ -134,10 +134,12 @@ PromptItem resolve_item(const Txt2ImgJob& job, const PromptLine& line, int numbe
         const int second = prompt_schedule_steps(s.sampler, s.hires.steps > 0 ? s.hires.steps : s.steps);
         auto check = [&](const std::string& prompt, const std::string& what, bool composed) {
             check_prompt_weights(prompt, what);
-            std::vector<std::string> parts = {prompt};
+            // What the engine reads: the prompt without its extra-network tags (the negative as it is).
+            const std::string text = composed ? strip_network_tags(prompt) : prompt;
+            std::vector<std::string> parts = {text};
             if (composed) {
                 parts.clear();
-                for (auto& part : composed_parts(prompt)) {
+                for (auto& part : composed_parts(text)) {
                     if (!std::isfinite(part.weight))
                         throw Error(what + ": the weight of the part \"" + printable(part.text) +
                                     "\" (after AND, or at the end) is not a finite number");
