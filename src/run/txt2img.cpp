@@ -18,7 +18,6 @@
 #include "run/batch_plan.h"
 #include "sd/error.h"
 #include "sd/loras.h"
-#include "text/prompt_weights.h"
 
 namespace sd {
 
